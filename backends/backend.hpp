@@ -1,0 +1,153 @@
+#pragma once
+
+// kvlane::backends::backend — the NPU interface, modelled on qbruntime.
+//
+// Problem it solves: the scheduler must drive very different devices (the
+// simulated NPU, Mobilint ARIES through qbruntime, later others) through one
+// narrow surface that says exactly what the hardware can do.
+//
+// Ownership model (as in qbruntime): the backend owns the KV memory of a fixed
+// number of slots; the caller owns each slot's length (`cache_len`). There is
+// no reset call: a new sequence starts with cache_len = 0, a rollback passes a
+// smaller cache_len. Snapshots are opaque bytes in caller-provided host memory.
+//
+// Thread contract:
+//  - info() and snapshot_size() are const, cheap and callable from any thread.
+//  - step() is called by one thread at a time: the compute lane.
+//  - dump() and load() are called by one thread at a time: the transfer lane.
+//  - The compute lane and the transfer lane may call concurrently, but never
+//    on the same slot: a slot being dumped or loaded appears in no step row.
+//    Every implementation must be safe under that concurrency; if the device
+//    cannot overlap a transfer with compute, the implementation serializes
+//    internally and reports info().caps.transfer_overlaps_compute = false, so
+//    the scheduler knows concurrency gains nothing and plans serialized switches.
+//  - Errors are values; no method throws.
+
+#include "common/expected.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvlane::backends {
+
+using token_id = std::uint32_t;
+using slot_id = std::uint32_t;
+
+enum class backend_errc : std::uint8_t {
+  context_overflow = 1, ///< cache_len + tokens exceeds the slot's max context
+  out_of_memory,        ///< device or host memory exhausted
+  snapshot_mismatch,    ///< snapshot buffer has the wrong size or identity
+  device_timeout,       ///< the device did not answer in time
+  invalid_argument,     ///< bad slot, empty row, chunk too large, duplicate slot
+  device_failure,       ///< any other device error (also used by fault injection)
+};
+
+/// Stable lower-case name, e.g. "context_overflow".
+std::string_view to_string(backend_errc code) noexcept;
+
+struct backend_error {
+  backend_errc code = backend_errc::device_failure;
+  std::string message;
+};
+
+/// What a snapshot covers.
+enum class snapshot_extent : std::uint8_t {
+  full_slot,   ///< always snapshot_bytes, whatever cache_len is (qbruntime)
+  used_length, ///< cache_len * bytes_per_token
+};
+
+std::string_view to_string(snapshot_extent e) noexcept;
+
+struct capabilities {
+  /// A dump/load on one slot may run while step() runs on other slots, and
+  /// gains real concurrency from doing so.
+  bool transfer_overlaps_compute = false;
+  snapshot_extent extent = snapshot_extent::full_slot;
+};
+
+struct backend_info {
+  std::string kind;                  ///< "sim", "qbruntime", ...
+  std::string model;                 ///< configured model name
+  std::uint64_t identity = 0;        ///< fingerprint of model + geometry, stored in snapshots
+  std::uint32_t slots = 0;           ///< KV slots (qbruntime num_batches)
+  std::uint32_t max_context = 0;     ///< tokens per slot
+  std::uint32_t max_prefill_chunk = 0; ///< max tokens in one row of a step
+  std::uint32_t vocab_size = 0;      ///< logits per output row
+  std::uint64_t snapshot_bytes = 0;  ///< bytes of a full-slot snapshot
+  std::uint64_t bytes_per_token = 0; ///< KV bytes per position (snapshot_bytes / max_context)
+  capabilities caps;
+};
+
+/// One row of a step: append `tokens` to `slot` after its first `cache_len`
+/// positions. A decode row has one token, a prefill chunk up to
+/// max_prefill_chunk tokens.
+struct step_row {
+  slot_id slot = 0;
+  std::uint32_t cache_len = 0;
+  std::span<const token_id> tokens;
+};
+
+/// Result of a step: one logits row (vocab_size floats) per input row, in row
+/// order, for the last position the row wrote. Sampling is the caller's job.
+/// Reused across steps to avoid allocation on the hot path.
+class step_output {
+public:
+  void reset(std::size_t rows, std::uint32_t vocab) {
+    rows_ = rows;
+    vocab_ = vocab;
+    logits_.resize(rows * vocab);
+  }
+  std::size_t rows() const noexcept { return rows_; }
+  std::uint32_t vocab() const noexcept { return vocab_; }
+  std::span<float> row(std::size_t i) noexcept { return {logits_.data() + i * vocab_, vocab_}; }
+  std::span<const float> row(std::size_t i) const noexcept {
+    return {logits_.data() + i * vocab_, vocab_};
+  }
+
+private:
+  std::vector<float> logits_;
+  std::size_t rows_ = 0;
+  std::uint32_t vocab_ = 0;
+};
+
+/// Turns text into tokens and back. Owned by the backend (a model's tokenizer
+/// belongs to the model).
+class tokenizer {
+public:
+  virtual ~tokenizer() = default;
+  virtual std::vector<token_id> encode(std::string_view text) const = 0;
+  virtual std::string decode(std::span<const token_id> tokens) const = 0;
+  virtual token_id bos() const noexcept = 0;
+  virtual token_id eos() const noexcept = 0;
+};
+
+class backend {
+public:
+  virtual ~backend() = default;
+
+  virtual const backend_info& info() const noexcept = 0;
+  virtual const tokenizer& tokens() const noexcept = 0;
+
+  /// Bytes dump() writes (and load() expects) for a slot holding cache_len tokens.
+  std::size_t snapshot_size(std::uint32_t cache_len) const noexcept;
+
+  /// Runs one step over `rows` (distinct slots). On success `out` holds one
+  /// logits row per input row. On failure no slot is advanced.
+  virtual expected<void, backend_error> step(std::span<const step_row> rows, step_output& out) = 0;
+
+  /// Copies the KV of `slot` (holding cache_len tokens) into `destination`,
+  /// which must hold at least snapshot_size(cache_len) bytes. Returns the bytes written.
+  virtual expected<std::size_t, backend_error> dump(slot_id slot, std::uint32_t cache_len,
+                                                    std::span<std::byte> destination) = 0;
+
+  /// Restores `slot` from a snapshot of exactly snapshot_size(cache_len) bytes.
+  virtual expected<void, backend_error> load(slot_id slot, std::uint32_t cache_len,
+                                             std::span<const std::byte> source) = 0;
+};
+
+} // namespace kvlane::backends

@@ -1,0 +1,70 @@
+#pragma once
+
+// kvlane::daemon::config — the daemon's configuration (kvlane.toml).
+//
+// parse(text) is the test seam; load(path) reads the file and delegates.
+// Every key has a default (documented in etc/kvlane.toml and docs/config.md);
+// `version = 1` is required; unknown keys, wrong types and out-of-range values
+// are errors naming the key and its line.
+
+#include "backends/sim_options.hpp"
+#include "common/expected.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvlane::daemon {
+
+enum class scheduler_mode : std::uint8_t { fcfs, sync, overlap, ideal };
+std::string_view to_string(scheduler_mode m) noexcept;
+
+struct daemon_section {
+  /// Sockets and runtime files. Empty = $RUNTIME_DIRECTORY, else /run/kvlane
+  /// as root, else $XDG_RUNTIME_DIR/kvlane, else /tmp/kvlane-<uid>.
+  std::string runtime_dir;
+  std::uint32_t worker_threads = 0;  ///< CAF scheduler threads; 0 = one per core
+  std::string log_level = "info";    ///< default level of every logger
+  std::map<std::string, std::string> log_levels; ///< per-logger overrides
+  std::chrono::milliseconds shutdown_timeout{5000}; ///< bound on ordered shutdown
+};
+
+struct model_section {
+  std::string name;
+  std::string backend = "sim";
+  backends::sim_options sim; ///< [model.sim], used when backend = "sim"
+  std::uint64_t store_floor_bytes = 0; ///< snapshot store bytes reserved for this model
+  std::uint64_t store_cap_bytes = 0;   ///< most snapshot store bytes it may use; 0 = no cap
+};
+
+struct scheduler_section {
+  scheduler_mode mode = scheduler_mode::overlap;
+  std::uint32_t quantum_tokens = 64;  ///< tokens a sequence runs before it may be preempted
+  std::uint32_t spare_slots = 1;      ///< slots kept free for new interactive requests
+  double ewma_alpha = 0.2;            ///< weight of a new sample in the cost model
+};
+
+struct store_section {
+  std::uint64_t max_bytes = 8ull << 30; ///< snapshot store limit (reserved, committed on use)
+};
+
+struct config {
+  daemon_section daemon;
+  std::vector<model_section> models;
+  scheduler_section scheduler;
+  store_section store;
+};
+
+struct config_error {
+  std::string key;      ///< dotted key, e.g. "model[0].sim.slots"; empty for syntax errors
+  std::uint32_t line = 0; ///< 1-based line, 0 when unknown
+  std::string message;  ///< full human-readable message, including key and line
+};
+
+expected<config, config_error> parse(std::string_view toml_text, std::string_view source_name = "<config>");
+expected<config, config_error> load(const std::string& path);
+
+} // namespace kvlane::daemon
