@@ -1,0 +1,86 @@
+#pragma once
+
+// kvlane::daemon::app — the daemon's lifecycle.
+//
+// Builds the subsystems in order (runtime directory, actor system, model
+// backends), registering each one's stop action as soon as it has started, so
+// shutdown runs them in reverse (Seastar's rule). run() waits for SIGTERM /
+// SIGINT (blocked in every thread before any is started, taken with sigwait
+// in the calling thread) and then stops everything within
+// config.daemon.shutdown_timeout; a shutdown that overruns the bound is
+// abandoned with exit_code::runtime_failure.
+//
+// Threading: create(), run() and stop() run on the main thread only.
+
+#include "backends/backend.hpp"
+#include "common/expected.hpp"
+#include "daemon/config.hpp"
+
+#include <csignal>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace caf {
+class actor_system;
+class actor_system_config;
+} // namespace caf
+
+namespace kvlane::daemon {
+
+/// Process exit codes of kvlaned.
+enum class exit_code : int {
+  ok = 0,
+  check_failed = 1,    ///< --check: the config is invalid
+  usage = 64,          ///< bad command line (EX_USAGE)
+  config_error = 78,   ///< the config is invalid at start-up (EX_CONFIG)
+  runtime_failure = 70, ///< start-up or shutdown failed for another reason (EX_SOFTWARE)
+};
+
+struct loaded_model {
+  model_section config;
+  std::unique_ptr<backends::backend> backend;
+};
+
+class app {
+public:
+  ~app();
+  app(const app&) = delete;
+  app& operator=(const app&) = delete;
+
+  /// Starts every subsystem. On failure, what was started is stopped again and
+  /// the error message says which subsystem failed and why.
+  static expected<std::unique_ptr<app>, std::string> create(config cfg);
+
+  /// Blocks until SIGTERM or SIGINT, then stops. Returns the process exit code.
+  exit_code run(const sigset_t& signals);
+
+  /// Stops every started subsystem in reverse order; idempotent. Returns
+  /// false when the shutdown bound was exceeded.
+  bool stop();
+
+  const config& cfg() const noexcept { return cfg_; }
+  const std::string& runtime_dir() const noexcept { return runtime_dir_; }
+  const std::vector<loaded_model>& models() const noexcept { return models_; }
+
+private:
+  explicit app(config cfg);
+
+  void on_stop(std::string what, std::function<void()> fn);
+
+  config cfg_;
+  std::string runtime_dir_;
+  std::unique_ptr<caf::actor_system_config> actor_cfg_;
+  std::unique_ptr<caf::actor_system> system_;
+  std::vector<loaded_model> models_;
+  std::vector<std::pair<std::string, std::function<void()>>> stops_;
+};
+
+/// Resolves config.daemon.runtime_dir's empty default (see config.hpp).
+std::string resolve_runtime_dir(const daemon_section& d);
+
+/// kvlaned's main: command line, config, app, run.
+int run_main(int argc, char** argv);
+
+} // namespace kvlane::daemon

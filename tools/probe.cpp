@@ -1,0 +1,280 @@
+#include "tools/probe.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <thread>
+
+namespace kvlane::tools {
+
+namespace {
+
+using backends::backend;
+using backends::backend_error;
+using backends::step_row;
+using backends::token_id;
+using clock = std::chrono::steady_clock;
+
+double ms_since(clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+}
+
+// Deterministic filler tokens inside the vocabulary.
+std::vector<token_id> make_tokens(std::size_t n, std::uint32_t vocab, std::uint32_t salt) {
+  std::vector<token_id> t(n);
+  for (std::size_t i = 0; i < n; ++i)
+    t[i] = static_cast<token_id>((i * 2654435761u + salt * 40503u) % std::max(1u, vocab));
+  return t;
+}
+
+struct step_shape {
+  std::uint32_t rows;
+  std::uint32_t tokens;
+};
+
+// Runs one step of `shape` on slots [first_slot, first_slot + rows), all from
+// cache_len 0. Returns wall ms.
+expected<double, backend_error> time_step(backend& b, step_shape shape, std::uint32_t first_slot,
+                                          backends::step_output& out) {
+  auto tokens = make_tokens(shape.tokens, b.info().vocab_size, shape.rows);
+  std::vector<step_row> rows;
+  for (std::uint32_t r = 0; r < shape.rows; ++r)
+    rows.push_back({first_slot + r, 0, tokens});
+  auto t0 = clock::now();
+  if (auto ok = b.step(rows, out); !ok)
+    return unexpected(ok.error());
+  return ms_since(t0);
+}
+
+// Fills `slot` with `tokens` tokens in prefill chunks.
+expected<void, backend_error> fill_slot(backend& b, backends::slot_id slot, std::uint32_t tokens,
+                                        backends::step_output& out) {
+  auto chunk = b.info().max_prefill_chunk;
+  std::uint32_t len = 0;
+  while (len < tokens) {
+    auto n = std::min(chunk, tokens - len);
+    auto t = make_tokens(n, b.info().vocab_size, len);
+    step_row row{slot, len, t};
+    if (auto ok = b.step(std::span{&row, 1}, out); !ok)
+      return unexpected(ok.error());
+    len += n;
+  }
+  return {};
+}
+
+void fit_line(const std::vector<step_sample>& s, double& base, double& slope) {
+  // ms = base + slope * total_tokens, least squares.
+  double n = static_cast<double>(s.size()), sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto& x : s) {
+    double tok = double(x.rows) * x.tokens_per_row;
+    sx += tok;
+    sy += x.ms;
+    sxx += tok * tok;
+    sxy += tok * x.ms;
+  }
+  double den = n * sxx - sx * sx;
+  if (n < 2 || std::abs(den) < 1e-12) {
+    base = n > 0 ? sy / n : 0;
+    slope = 0;
+    return;
+  }
+  slope = (n * sxy - sx * sy) / den;
+  base = (sy - slope * sx) / n;
+}
+
+} // namespace
+
+expected<probe_report, backend_error> run_probe(backend& b, const probe_options& opts,
+                                                const probe_progress& progress) {
+  const auto& info = b.info();
+  auto say = [&](std::string_view s) {
+    if (progress)
+      progress(s);
+  };
+  if (opts.iterations == 0 || info.slots == 0 || opts.clock_scale <= 0)
+    return unexpected(backend_error{backends::backend_errc::invalid_argument,
+                                    "probe needs iterations >= 1, a backend with slots, "
+                                    "and a positive clock scale"});
+  probe_report r;
+  r.info = info;
+  r.clock_scale = opts.clock_scale;
+  const double scale = opts.clock_scale;
+  backends::step_output out;
+
+  // 1. Step time against rows (decode) and tokens per row (prefill).
+  say("measuring step time");
+  std::vector<step_shape> shapes;
+  for (std::uint32_t rows = 1; rows <= info.slots; rows *= 2)
+    shapes.push_back({rows, 1});
+  if (shapes.back().rows != info.slots)
+    shapes.push_back({info.slots, 1});
+  for (std::uint32_t t : {info.max_prefill_chunk / 8, info.max_prefill_chunk / 2,
+                          info.max_prefill_chunk})
+    if (t >= 2)
+      shapes.push_back({1, std::min(t, info.max_context)});
+  for (auto shape : shapes) {
+    double total = 0;
+    for (std::uint32_t i = 0; i < opts.iterations; ++i) {
+      auto ms = time_step(b, shape, 0, out);
+      if (!ms)
+        return unexpected(ms.error());
+      total += *ms;
+    }
+    r.steps.push_back({shape.rows, shape.tokens, total / opts.iterations * scale});
+  }
+  fit_line(r.steps, r.step_base_ms, r.step_per_token_ms);
+
+  // 2. Dump and load of one snapshot on slot 0.
+  say("measuring dump and load");
+  r.snapshot_tokens = opts.snapshot_tokens ? std::min(opts.snapshot_tokens, info.max_context)
+                                           : std::max(1u, info.max_context / 2);
+  if (auto ok = fill_slot(b, 0, r.snapshot_tokens, out); !ok)
+    return unexpected(ok.error());
+  r.snapshot_bytes = b.snapshot_size(r.snapshot_tokens);
+  std::vector<std::byte> buffer(r.snapshot_bytes);
+  double dump_total = 0, load_total = 0;
+  for (std::uint32_t i = 0; i < opts.iterations; ++i) {
+    auto t0 = clock::now();
+    if (auto ok = b.dump(0, r.snapshot_tokens, buffer); !ok)
+      return unexpected(ok.error());
+    dump_total += ms_since(t0);
+    t0 = clock::now();
+    if (auto ok = b.load(0, r.snapshot_tokens, buffer); !ok)
+      return unexpected(ok.error());
+    load_total += ms_since(t0);
+  }
+  r.dump_ms = dump_total / opts.iterations * scale;
+  r.load_ms = load_total / opts.iterations * scale;
+  auto gib_s = [&](double ms) { return ms > 0 ? double(r.snapshot_bytes) / (1 << 30) / (ms / 1000) : 0; };
+  r.dump_gib_s = gib_s(r.dump_ms);
+  r.load_gib_s = gib_s(r.load_ms);
+
+  // 3. Overlap: transfers on slot 0 against decode steps on the other slots.
+  if (info.slots < 2)
+    return r;
+  say("measuring transfer/compute overlap");
+  r.overlap_measured = true;
+  const step_shape decode{std::min(info.slots - 1, 8u), 1};
+  const std::uint32_t transfers = std::max(4u, opts.iterations * 2);
+  // Balance the two sides so each alone takes about as long as the other.
+  double transfer_mean = (r.dump_ms + r.load_ms) / 2;
+  double step_mean = 0;
+  {
+    double total = 0;
+    for (std::uint32_t i = 0; i < opts.iterations; ++i) {
+      auto ms = time_step(b, decode, 1, out);
+      if (!ms)
+        return unexpected(ms.error());
+      total += *ms;
+    }
+    step_mean = total / opts.iterations * scale;
+  }
+  const auto steps = static_cast<std::uint32_t>(
+    std::clamp(std::lround(transfers * transfer_mean / std::max(step_mean, 1e-6)), 1l, 100000l));
+
+  auto run_steps = [&]() -> expected<void, backend_error> {
+    backends::step_output o;
+    for (std::uint32_t i = 0; i < steps; ++i)
+      if (auto ms = time_step(b, decode, 1, o); !ms)
+        return unexpected(ms.error());
+    return {};
+  };
+  auto run_transfers = [&]() -> expected<void, backend_error> {
+    for (std::uint32_t i = 0; i < transfers; ++i) {
+      if (i % 2 == 0) {
+        if (auto ok = b.dump(0, r.snapshot_tokens, buffer); !ok)
+          return unexpected(ok.error());
+      } else if (auto ok = b.load(0, r.snapshot_tokens, buffer); !ok) {
+        return unexpected(ok.error());
+      }
+    }
+    return {};
+  };
+
+  auto t0 = clock::now();
+  if (auto ok = run_steps(); !ok)
+    return unexpected(ok.error());
+  r.step_work_ms = ms_since(t0) * scale;
+  t0 = clock::now();
+  if (auto ok = run_transfers(); !ok)
+    return unexpected(ok.error());
+  r.transfer_work_ms = ms_since(t0) * scale;
+  r.serial_ms = r.step_work_ms + r.transfer_work_ms;
+
+  expected<void, backend_error> step_result;
+  std::barrier start{2};
+  t0 = clock::now();
+  std::thread compute{[&] {
+    start.arrive_and_wait();
+    step_result = run_steps();
+  }};
+  start.arrive_and_wait();
+  auto transfer_result = run_transfers();
+  compute.join();
+  r.concurrent_ms = ms_since(t0) * scale;
+  if (!step_result)
+    return unexpected(step_result.error());
+  if (!transfer_result)
+    return unexpected(transfer_result.error());
+
+  double hideable = std::min(r.step_work_ms, r.transfer_work_ms);
+  r.overlap = hideable > 0 ? std::clamp((r.serial_ms - r.concurrent_ms) / hideable, 0.0, 1.0) : 0;
+  return r;
+}
+
+std::string format_text(const probe_report& r) {
+  std::string s;
+  auto out = std::back_inserter(s);
+  const auto& i = r.info;
+  fmt::format_to(out, "backend {} model '{}': {} slots, max context {}, prefill chunk {}, vocab {}\n",
+                 i.kind, i.model, i.slots, i.max_context, i.max_prefill_chunk, i.vocab_size);
+  if (r.clock_scale != 1.0)
+    fmt::format_to(out, "times in device ms (wall ms x {})\n", r.clock_scale);
+  fmt::format_to(out, "\nstep time\n  {:>5} {:>10} {:>10}\n", "rows", "tokens/row", "ms");
+  for (auto& st : r.steps)
+    fmt::format_to(out, "  {:>5} {:>10} {:>10.2f}\n", st.rows, st.tokens_per_row, st.ms);
+  fmt::format_to(out, "  fit: {:.2f} ms + {:.3f} ms per token\n", r.step_base_ms, r.step_per_token_ms);
+  fmt::format_to(out, "\nsnapshot of {} tokens: {:.1f} MiB ({})\n", r.snapshot_tokens,
+                 double(r.snapshot_bytes) / (1 << 20), backends::to_string(i.caps.extent));
+  fmt::format_to(out, "  dump {:8.2f} ms  {:6.2f} GiB/s\n  load {:8.2f} ms  {:6.2f} GiB/s\n",
+                 r.dump_ms, r.dump_gib_s, r.load_ms, r.load_gib_s);
+  if (!r.overlap_measured) {
+    fmt::format_to(out, "\noverlap: not measured (needs at least 2 slots)\n");
+    return s;
+  }
+  fmt::format_to(out,
+                 "\ntransfer/compute overlap\n  steps alone {:.1f} ms, transfers alone {:.1f} ms, "
+                 "serial {:.1f} ms, concurrent {:.1f} ms\n  overlap {:.2f} (1 = transfers fully "
+                 "hidden behind compute, 0 = serialized); backend claims: {}\n",
+                 r.step_work_ms, r.transfer_work_ms, r.serial_ms, r.concurrent_ms, r.overlap,
+                 i.caps.transfer_overlaps_compute ? "overlaps" : "does not overlap");
+  return s;
+}
+
+std::string format_json(const probe_report& r) {
+  std::string s;
+  auto out = std::back_inserter(s);
+  const auto& i = r.info;
+  fmt::format_to(out,
+                 "{{\"backend\":\"{}\",\"model\":\"{}\",\"slots\":{},\"max_context\":{},"
+                 "\"max_prefill_chunk\":{},\"clock_scale\":{},\"steps\":[",
+                 i.kind, i.model, i.slots, i.max_context, i.max_prefill_chunk, r.clock_scale);
+  for (std::size_t k = 0; k < r.steps.size(); ++k)
+    fmt::format_to(out, "{}{{\"rows\":{},\"tokens_per_row\":{},\"ms\":{:.4f}}}", k ? "," : "",
+                   r.steps[k].rows, r.steps[k].tokens_per_row, r.steps[k].ms);
+  fmt::format_to(out,
+                 "],\"step_base_ms\":{:.4f},\"step_per_token_ms\":{:.4f},\"snapshot_tokens\":{},"
+                 "\"snapshot_bytes\":{},\"dump_ms\":{:.4f},\"load_ms\":{:.4f},\"dump_gib_s\":{:.4f},"
+                 "\"load_gib_s\":{:.4f},\"overlap_measured\":{},\"serial_ms\":{:.4f},"
+                 "\"concurrent_ms\":{:.4f},\"overlap\":{:.4f},\"claims_overlap\":{}}}",
+                 r.step_base_ms, r.step_per_token_ms, r.snapshot_tokens, r.snapshot_bytes,
+                 r.dump_ms, r.load_ms, r.dump_gib_s, r.load_gib_s, r.overlap_measured,
+                 r.serial_ms, r.concurrent_ms, r.overlap, i.caps.transfer_overlaps_compute);
+  return s;
+}
+
+} // namespace kvlane::tools
