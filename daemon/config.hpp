@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,5 +67,11 @@ struct config_error {
 
 expected<config, config_error> parse(std::string_view toml_text, std::string_view source_name = "<config>");
 expected<config, config_error> load(const std::string& path);
+
+/// Parses a byte size as written in kvlane.toml: digits, then optionally one
+/// space and a unit: B, KiB, MiB, GiB, TiB (powers of 1024) or kB/KB, MB, GB,
+/// TB (powers of 1000). "64MiB", "8 GiB", "1GB", "4096". Empty on anything
+/// else (signs, fractions, other units, trailing text) and on overflow.
+std::optional<std::uint64_t> parse_byte_size(std::string_view text) noexcept;
 
 } // namespace kvlane::daemon

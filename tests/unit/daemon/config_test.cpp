@@ -1,0 +1,594 @@
+#include "daemon/config.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+using namespace kvlane::daemon;
+using kvlane::backends::backend_errc;
+using kvlane::backends::snapshot_extent;
+using kvlane::backends::transfer_overlap;
+
+namespace {
+
+// Lines 1-3; snippets appended to it start at line 4.
+constexpr std::string_view minimal = "version = 1\n"
+                                     "[[model]]\n"
+                                     "name = \"m\"\n";
+
+config parse_ok(std::string_view text) {
+  auto sut = parse(text, "test.toml");
+  if (!sut)
+    FAIL("unexpected error: " << sut.error().message);
+  return *sut;
+}
+
+config_error parse_error(std::string_view text) {
+  auto sut = parse(text, "test.toml");
+  REQUIRE_FALSE(sut.has_value());
+  return sut.error();
+}
+
+/// The error names `key` at `line`, and the message says so too.
+void check_error(const config_error& e, std::string_view key, std::uint32_t line) {
+  CAPTURE(e.message);
+  CHECK(e.key == key);
+  CHECK(e.line == line);
+  CHECK(e.message.find(key) != std::string::npos);
+  CHECK(e.message.find("test.toml:" + std::to_string(line) + ":") == 0);
+}
+
+bool contains(const std::string& haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+void check_same_faults(const kvlane::backends::fault_spec& a, const kvlane::backends::fault_spec& b) {
+  CHECK(a.fail_nth == b.fail_nth);
+  CHECK(a.fail_rate == b.fail_rate);
+  CHECK(a.code == b.code);
+}
+
+void check_same(const config& a, const config& b) {
+  CHECK(a.daemon.runtime_dir == b.daemon.runtime_dir);
+  CHECK(a.daemon.worker_threads == b.daemon.worker_threads);
+  CHECK(a.daemon.log_level == b.daemon.log_level);
+  CHECK(a.daemon.log_levels == b.daemon.log_levels);
+  CHECK(a.daemon.shutdown_timeout == b.daemon.shutdown_timeout);
+  REQUIRE(a.models.size() == b.models.size());
+  for (std::size_t i = 0; i < a.models.size(); ++i) {
+    CAPTURE(i);
+    const auto& x = a.models[i];
+    const auto& y = b.models[i];
+    CHECK(x.name == y.name);
+    CHECK(x.backend == y.backend);
+    CHECK(x.store_floor_bytes == y.store_floor_bytes);
+    CHECK(x.store_cap_bytes == y.store_cap_bytes);
+    CHECK(x.sim.slots == y.sim.slots);
+    CHECK(x.sim.max_context == y.sim.max_context);
+    CHECK(x.sim.max_prefill_chunk == y.sim.max_prefill_chunk);
+    CHECK(x.sim.snapshot_bytes == y.sim.snapshot_bytes);
+    CHECK(x.sim.extent == y.sim.extent);
+    CHECK(x.sim.step_base_ms == y.sim.step_base_ms);
+    CHECK(x.sim.step_per_token_ms == y.sim.step_per_token_ms);
+    CHECK(x.sim.dump_min_ms == y.sim.dump_min_ms);
+    CHECK(x.sim.dump_max_ms == y.sim.dump_max_ms);
+    CHECK(x.sim.load_min_ms == y.sim.load_min_ms);
+    CHECK(x.sim.load_max_ms == y.sim.load_max_ms);
+    CHECK(x.sim.time_scale == y.sim.time_scale);
+    CHECK(x.sim.overlap == y.sim.overlap);
+    CHECK(x.sim.seed == y.sim.seed);
+    CHECK(x.sim.eos_rate == y.sim.eos_rate);
+    check_same_faults(x.sim.step_faults, y.sim.step_faults);
+    check_same_faults(x.sim.dump_faults, y.sim.dump_faults);
+    check_same_faults(x.sim.load_faults, y.sim.load_faults);
+  }
+  CHECK(a.scheduler.mode == b.scheduler.mode);
+  CHECK(a.scheduler.quantum_tokens == b.scheduler.quantum_tokens);
+  CHECK(a.scheduler.levels == b.scheduler.levels);
+  CHECK(a.scheduler.spare_slots == b.scheduler.spare_slots);
+  CHECK(a.scheduler.max_step_tokens == b.scheduler.max_step_tokens);
+  CHECK(a.scheduler.aging_steps == b.scheduler.aging_steps);
+  CHECK(a.scheduler.ewma_alpha == b.scheduler.ewma_alpha);
+  CHECK(a.store.max_bytes == b.store.max_bytes);
+}
+
+std::string temp_path(std::string_view name) {
+  return (std::filesystem::temp_directory_path()
+          / ("kvlane-config-test-" + std::to_string(::getpid()) + "-" + std::string(name)))
+    .string();
+}
+
+} // namespace
+
+TEST_CASE("config: a minimal file yields every documented default") {
+  const auto sut = parse_ok(minimal);
+
+  CHECK(sut.daemon.runtime_dir == "");
+  CHECK(sut.daemon.worker_threads == 0);
+  CHECK(sut.daemon.log_level == "info");
+  CHECK(sut.daemon.log_levels.empty());
+  CHECK(sut.daemon.shutdown_timeout == std::chrono::milliseconds(5000));
+
+  REQUIRE(sut.models.size() == 1);
+  const auto& m = sut.models[0];
+  CHECK(m.name == "m");
+  CHECK(m.backend == "sim");
+  CHECK(m.store_floor_bytes == 0);
+  CHECK(m.store_cap_bytes == 0);
+  CHECK(m.sim.slots == 16);
+  CHECK(m.sim.max_context == 4096);
+  CHECK(m.sim.max_prefill_chunk == 128);
+  CHECK(m.sim.snapshot_bytes == 67'108'864);
+  CHECK(m.sim.extent == snapshot_extent::full_slot);
+  CHECK(m.sim.step_base_ms == 31.0);
+  CHECK(m.sim.step_per_token_ms == 1.7);
+  CHECK(m.sim.dump_min_ms == 30.0);
+  CHECK(m.sim.dump_max_ms == 60.0);
+  CHECK(m.sim.load_min_ms == 16.0);
+  CHECK(m.sim.load_max_ms == 18.0);
+  CHECK(m.sim.time_scale == 1.0);
+  CHECK(m.sim.overlap == transfer_overlap::full);
+  CHECK(m.sim.seed == 1);
+  CHECK(m.sim.eos_rate == 0.0);
+  for (const auto* f : {&m.sim.step_faults, &m.sim.dump_faults, &m.sim.load_faults}) {
+    CHECK(f->fail_nth == 0);
+    CHECK(f->fail_rate == 0.0);
+    CHECK(f->code == backend_errc::device_failure);
+  }
+
+  CHECK(sut.scheduler.mode == scheduler_mode::overlap);
+  CHECK(sut.scheduler.quantum_tokens == 64);
+  CHECK(sut.scheduler.levels == 4);
+  CHECK(sut.scheduler.spare_slots == 1);
+  CHECK(sut.scheduler.max_step_tokens == 512);
+  CHECK(sut.scheduler.aging_steps == 2048);
+  CHECK(sut.scheduler.ewma_alpha == 0.2);
+  CHECK(sut.store.max_bytes == 8'589'934'592);
+}
+
+TEST_CASE("config: the shipped etc/kvlane.toml parses to exactly the defaults") {
+  const auto sut = load(KVLANE_SOURCE_DIR "/etc/kvlane.toml");
+  if (!sut)
+    FAIL(sut.error().message);
+
+  config defaults;
+  defaults.models.emplace_back().name = "llama-3.2-1b";
+  check_same(*sut, defaults);
+}
+
+TEST_CASE("config: every key is read into its field") {
+  const auto sut = parse_ok(R"(
+version = 1
+[daemon]
+runtime_dir = "/run/x"
+worker_threads = 3
+log_level = "debug"
+shutdown_timeout_ms = 250
+[daemon.log_levels]
+scheduler = "trace"
+ipc = "off"
+
+[[model]]
+name = "a.b_c-1"
+backend = "sim"
+store_floor_bytes = "1GiB"
+store_cap_bytes = "2 GiB"
+[model.sim]
+slots = 4
+max_context = 1024
+max_prefill_chunk = 1024
+snapshot_bytes = "1MiB"
+snapshot = "used"
+step_base_ms = 2
+step_per_token_ms = 0.5
+dump_min_ms = 1.5
+dump_max_ms = 1.5
+load_min_ms = 0
+load_max_ms = 3
+time_scale = 100
+overlap = "shared"
+seed = 42
+eos_rate = 0.25
+[model.sim.faults.step]
+fail_nth = 7
+[model.sim.faults.dump]
+fail_rate = 0.5
+code = "device_timeout"
+[model.sim.faults.load]
+code = "snapshot_mismatch"
+
+[[model]]
+name = "second"
+sim.overlap = "none"
+
+[scheduler]
+mode = "fcfs"
+quantum_tokens = 16
+levels = 6
+spare_slots = 0
+max_step_tokens = 0
+aging_steps = 100
+ewma_alpha = 1
+[store]
+max_bytes = 4294967296
+)");
+
+  CHECK(sut.daemon.runtime_dir == "/run/x");
+  CHECK(sut.daemon.worker_threads == 3);
+  CHECK(sut.daemon.log_level == "debug");
+  CHECK(sut.daemon.log_levels == std::map<std::string, std::string>{{"ipc", "off"}, {"scheduler", "trace"}});
+  CHECK(sut.daemon.shutdown_timeout == std::chrono::milliseconds(250));
+
+  REQUIRE(sut.models.size() == 2);
+  const auto& m = sut.models[0];
+  CHECK(m.name == "a.b_c-1");
+  CHECK(m.store_floor_bytes == 1ull << 30);
+  CHECK(m.store_cap_bytes == 2ull << 30);
+  CHECK(m.sim.slots == 4);
+  CHECK(m.sim.max_context == 1024);
+  CHECK(m.sim.max_prefill_chunk == 1024);
+  CHECK(m.sim.snapshot_bytes == 1ull << 20);
+  CHECK(m.sim.extent == snapshot_extent::used_length);
+  CHECK(m.sim.step_base_ms == 2.0);
+  CHECK(m.sim.step_per_token_ms == 0.5);
+  CHECK(m.sim.dump_min_ms == 1.5);
+  CHECK(m.sim.dump_max_ms == 1.5);
+  CHECK(m.sim.load_min_ms == 0.0);
+  CHECK(m.sim.load_max_ms == 3.0);
+  CHECK(m.sim.time_scale == 100.0);
+  CHECK(m.sim.overlap == transfer_overlap::shared);
+  CHECK(m.sim.seed == 42);
+  CHECK(m.sim.eos_rate == 0.25);
+  CHECK(m.sim.step_faults.fail_nth == 7);
+  CHECK(m.sim.step_faults.code == backend_errc::device_failure);
+  CHECK(m.sim.dump_faults.fail_rate == 0.5);
+  CHECK(m.sim.dump_faults.code == backend_errc::device_timeout);
+  CHECK(m.sim.load_faults.code == backend_errc::snapshot_mismatch);
+  CHECK(sut.models[1].name == "second");
+  CHECK(sut.models[1].sim.overlap == transfer_overlap::none);
+  CHECK(sut.models[1].sim.slots == 16);
+
+  CHECK(sut.scheduler.mode == scheduler_mode::fcfs);
+  CHECK(sut.scheduler.quantum_tokens == 16);
+  CHECK(sut.scheduler.levels == 6);
+  CHECK(sut.scheduler.spare_slots == 0);
+  CHECK(sut.scheduler.max_step_tokens == 0);
+  CHECK(sut.scheduler.aging_steps == 100);
+  CHECK(sut.scheduler.ewma_alpha == 1.0);
+  CHECK(sut.store.max_bytes == 4ull << 30);
+}
+
+TEST_CASE("config: a syntax error reports source, line and column") {
+  const auto e = parse_error("version = 1\n[[model]]\nname = \"m\n");
+  CHECK(e.key == "");
+  CHECK(e.line == 3);
+  CHECK(contains(e.message, "test.toml:3:"));
+  CHECK(contains(e.message, "syntax error"));
+}
+
+TEST_CASE("config: a missing version is an error naming key version") {
+  const auto e = parse_error("[[model]]\nname = \"m\"\n");
+  check_error(e, "version", 1);
+  CHECK(contains(e.message, "missing"));
+}
+
+TEST_CASE("config: a version other than 1 is an error") {
+  SUBCASE("another number") {
+    const auto e = parse_error("\nversion = 2\n[[model]]\nname = \"m\"\n");
+    check_error(e, "version", 2);
+    CHECK(contains(e.message, "unsupported config version 2"));
+  }
+  SUBCASE("not an integer") {
+    const auto e = parse_error("version = \"1\"\n[[model]]\nname = \"m\"\n");
+    check_error(e, "version", 1);
+    CHECK(contains(e.message, "expected integer, got string"));
+  }
+}
+
+TEST_CASE("config: an unknown top-level key is an error naming key and line") {
+  const auto e = parse_error(std::string(minimal) + "[schedular]\nmode = \"fcfs\"\n");
+  check_error(e, "schedular", 4);
+  CHECK(contains(e.message, "unknown key 'schedular'"));
+  CHECK(contains(e.message, "did you mean 'scheduler'?"));
+}
+
+TEST_CASE("config: an unknown key in model.sim is an error naming the dotted key") {
+  const auto e = parse_error(std::string(minimal) + "[model.sim]\nslots = 4\nslot = 4\n");
+  check_error(e, "model[0].sim.slot", 6);
+  CHECK(contains(e.message, "unknown key 'model[0].sim.slot'"));
+  CHECK(contains(e.message, "did you mean 'slots'?"));
+}
+
+TEST_CASE("config: unknown keys are rejected in every table") {
+  struct row {
+    std::string_view snippet;
+    std::string_view key;
+  };
+  const row rows[] = {
+    {"[daemon]\nthreads = 1\n", "daemon.threads"},
+    {"color = \"red\"\n", "model[0].color"},
+    {"[model.sim.faults]\nstep.fail_nth = 1\nwrite = {}\n", "model[0].sim.faults.write"},
+    {"[model.sim.faults.dump]\nfail_every = 1\n", "model[0].sim.faults.dump.fail_every"},
+    {"[scheduler]\nquantum = 1\n", "scheduler.quantum"},
+    {"[store]\nmax = 1\n", "store.max"},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.snippet);
+    const auto e = parse_error(std::string(minimal) + std::string(r.snippet));
+    const auto lines = static_cast<std::uint32_t>(std::count(r.snippet.begin(), r.snippet.end(), '\n'));
+    check_error(e, r.key, 3 + lines);
+    CHECK(contains(e.message, "unknown key"));
+  }
+}
+
+TEST_CASE("config: of several unknown keys the first in the file is reported") {
+  const auto e = parse_error(std::string(minimal) + "[scheduler]\nzeta = 1\nalpha = 2\n");
+  check_error(e, "scheduler.zeta", 5);
+}
+
+TEST_CASE("config: a wrong type is an error naming key, line, expected and actual type") {
+  SUBCASE("string for an integer") {
+    const auto e = parse_error(std::string(minimal) + "[model.sim]\nslots = \"16\"\n");
+    check_error(e, "model[0].sim.slots", 5);
+    CHECK(contains(e.message, "expected integer, got string"));
+  }
+  SUBCASE("float for an integer") {
+    const auto e = parse_error(std::string(minimal) + "[scheduler]\nquantum_tokens = 64.0\n");
+    check_error(e, "scheduler.quantum_tokens", 5);
+    CHECK(contains(e.message, "expected integer, got float"));
+  }
+  SUBCASE("boolean for a number") {
+    const auto e = parse_error(std::string(minimal) + "[model.sim]\ntime_scale = true\n");
+    check_error(e, "model[0].sim.time_scale", 5);
+    CHECK(contains(e.message, "expected number, got boolean"));
+  }
+  SUBCASE("scalar for a table") {
+    const auto e = parse_error("version = 1\nstore = 5\n[[model]]\nname = \"m\"\n");
+    check_error(e, "store", 2);
+    CHECK(contains(e.message, "expected table, got integer"));
+  }
+  SUBCASE("float for a byte size") {
+    const auto e = parse_error(std::string(minimal) + "[store]\nmax_bytes = 1.5e9\n");
+    check_error(e, "store.max_bytes", 5);
+    CHECK(contains(e.message, "got float"));
+  }
+  SUBCASE("table instead of an array of tables") {
+    const auto e = parse_error("version = 1\n[model]\nname = \"m\"\n");
+    check_error(e, "model", 2);
+    CHECK(contains(e.message, "expected array of tables"));
+  }
+}
+
+TEST_CASE("config: out-of-range values are errors naming key, line and the allowed range") {
+  struct row {
+    std::string_view snippet; // a table header, then the key in error on line 5
+    std::string_view key;
+    std::string_view range;
+  };
+  const row rows[] = {
+    {"[daemon]\nworker_threads = 257\n", "daemon.worker_threads", "between 0 and 256 (got 257)"},
+    {"[daemon]\nlog_level = \"verbose\"\n", "daemon.log_level", "one of \"trace\", \"debug\""},
+    {"[daemon.log_levels]\nipc = \"loud\"\n", "daemon.log_levels.ipc", "one of \"trace\""},
+    {"[daemon]\nshutdown_timeout_ms = 99\n", "daemon.shutdown_timeout_ms", "between 100 and 600000"},
+    {"[daemon]\nshutdown_timeout_ms = 600001\n", "daemon.shutdown_timeout_ms", "between 100 and 600000"},
+    {"[daemon]\nruntime_dir = \"run\"\n", "daemon.runtime_dir", "absolute path"},
+    {"[model.sim]\nslots = 0\n", "model[0].sim.slots", "between 1 and 1024 (got 0)"},
+    {"[model.sim]\nslots = 1025\n", "model[0].sim.slots", "between 1 and 1024 (got 1025)"},
+    {"[model.sim]\nmax_context = 0\n", "model[0].sim.max_context", "between 1 and 1048576"},
+    {"[model.sim]\nmax_prefill_chunk = 4097\n", "model[0].sim.max_prefill_chunk", "between 1 and 4096"},
+    {"[model.sim]\nsnapshot_bytes = 2048\n", "model[0].sim.snapshot_bytes", "between 4KiB and 1TiB (got 2048)"},
+    {"[model.sim]\nsnapshot_bytes = \"2TiB\"\n", "model[0].sim.snapshot_bytes", "between 4KiB and 1TiB (got 2TiB)"},
+    {"[model.sim]\nsnapshot_bytes = -1\n", "model[0].sim.snapshot_bytes", "between 4KiB and 1TiB (got -1)"},
+    {"[model.sim]\nsnapshot = \"half\"\n", "model[0].sim.snapshot", "one of \"full\", \"used\""},
+    {"[model.sim]\nstep_base_ms = -1\n", "model[0].sim.step_base_ms", ">= 0"},
+    {"[model.sim]\nload_min_ms = inf\n", "model[0].sim.load_min_ms", "finite number >= 0"},
+    {"[model.sim]\ntime_scale = 0\n", "model[0].sim.time_scale", "> 0 and <= 1000000"},
+    {"[model.sim]\ntime_scale = 1e7\n", "model[0].sim.time_scale", "> 0 and <= 1000000"},
+    {"[model.sim]\noverlap = \"partial\"\n", "model[0].sim.overlap", "one of \"full\", \"none\", \"shared\""},
+    {"[model.sim]\neos_rate = 1.5\n", "model[0].sim.eos_rate", "between 0 and 1"},
+    {"[model.sim]\nseed = -1\n", "model[0].sim.seed", "between 0 and"},
+    {"[model.sim.faults.step]\nfail_rate = nan\n", "model[0].sim.faults.step.fail_rate", "between 0 and 1"},
+    {"[model.sim.faults.load]\nfail_nth = -1\n", "model[0].sim.faults.load.fail_nth", "between 0 and"},
+    {"[scheduler]\nmode = \"fifo\"\n", "scheduler.mode", "one of \"fcfs\", \"sync\", \"overlap\", \"ideal\" (got \"fifo\")"},
+    {"[scheduler]\nquantum_tokens = 0\n", "scheduler.quantum_tokens", "between 1 and 1000000"},
+    {"[scheduler]\nspare_slots = 65\n", "scheduler.spare_slots", "between 0 and 64"},
+    {"[scheduler]\nlevels = 0\n", "scheduler.levels", "between 1 and 16"},
+    {"[scheduler]\nlevels = 16\nquantum_tokens = 1000000\n", "scheduler.levels",
+     "at most 4294967295 (got 1000000 * 2^15 = 32768000000)"},
+    {"[scheduler]\nmax_step_tokens = 1048577\n", "scheduler.max_step_tokens", "between 0 and 1048576"},
+    {"[scheduler]\naging_steps = -1\n", "scheduler.aging_steps", "between 0 and 1000000000"},
+    {"[scheduler]\newma_alpha = 0\n", "scheduler.ewma_alpha", "> 0 and <= 1"},
+    {"[store]\nmax_bytes = \"1023KiB\"\n", "store.max_bytes", "between 1MiB and 16TiB (got 1023KiB)"},
+    {"[store]\nmax_bytes = \"17TiB\"\n", "store.max_bytes", "between 1MiB and 16TiB"},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.snippet);
+    const auto e = parse_error(std::string(minimal) + std::string(r.snippet));
+    check_error(e, r.key, 5);
+    CHECK(contains(e.message, r.range));
+  }
+}
+
+TEST_CASE("config: a model name outside [A-Za-z0-9._-]{1,64} is an error") {
+  const std::string too_long(65, 'x');
+  for (std::string_view name : {std::string_view(""), std::string_view("has space"),
+                                std::string_view("slash/name"), std::string_view(too_long)}) {
+    CAPTURE(name);
+    const auto e = parse_error("version = 1\n[[model]]\nname = \"" + std::string(name) + "\"\n");
+    check_error(e, "model[0].name", 3);
+  }
+  const std::string longest(64, 'x');
+  CHECK(parse_ok("version = 1\n[[model]]\nname = \"" + longest + "\"\n").models[0].name == longest);
+}
+
+TEST_CASE("config: a model without a name is an error at its table") {
+  const auto e = parse_error("version = 1\n[[model]]\nbackend = \"sim\"\n");
+  check_error(e, "model[0].name", 2);
+  CHECK(contains(e.message, "missing"));
+}
+
+TEST_CASE("config: a duplicate model name is an error at the second model") {
+  const auto e = parse_error(std::string(minimal) + "[[model]]\nname = \"other\"\n[[model]]\nname = \"m\"\n");
+  check_error(e, "model[2].name", 7);
+  CHECK(contains(e.message, "duplicate model name \"m\""));
+  CHECK(contains(e.message, "model[0] at line 3"));
+}
+
+TEST_CASE("config: a file without a model is an error naming key model") {
+  SUBCASE("no model table") {
+    const auto e = parse_error("version = 1\n[store]\nmax_bytes = \"1GiB\"\n");
+    check_error(e, "model", 1);
+    CHECK(contains(e.message, "at least one [[model]]"));
+  }
+  SUBCASE("an empty array") {
+    const auto e = parse_error("version = 1\nmodel = []\n");
+    check_error(e, "model", 2);
+    CHECK(contains(e.message, "at least one [[model]]"));
+  }
+}
+
+TEST_CASE("config: a malformed byte-size string is an error") {
+  for (std::string_view text : {"8 GB!", "-1GiB", "1.5GiB", "64 mib", "GiB", "8  GiB", " 8GiB"}) {
+    CAPTURE(text);
+    const auto e = parse_error(std::string(minimal) + "[store]\nmax_bytes = \"" + std::string(text) + "\"\n");
+    check_error(e, "store.max_bytes", 5);
+    CHECK(contains(e.message, "expected a byte size"));
+  }
+}
+
+TEST_CASE("config: a min greater than its max is an error naming the max key") {
+  SUBCASE("both set") {
+    const auto e = parse_error(std::string(minimal) + "[model.sim]\ndump_min_ms = 50\ndump_max_ms = 40\n");
+    check_error(e, "model[0].sim.dump_max_ms", 6);
+    CHECK(contains(e.message, ">= dump_min_ms (50) (got 40)"));
+  }
+  SUBCASE("max left at its default") {
+    const auto e = parse_error(std::string(minimal) + "[model.sim]\nload_min_ms = 20\n");
+    check_error(e, "model[0].sim.load_max_ms", 4);
+    CHECK(contains(e.message, ">= load_min_ms (20) (got the default, 18)"));
+  }
+  SUBCASE("store floor above the cap") {
+    const auto e = parse_error(std::string(minimal) + "store_floor_bytes = \"2GiB\"\nstore_cap_bytes = \"1GiB\"\n");
+    check_error(e, "model[0].store_cap_bytes", 5);
+    CHECK(contains(e.message, ">= store_floor_bytes (2GiB) (got 1GiB)"));
+  }
+}
+
+TEST_CASE("config: model floors that add up to more than the store are an error") {
+  const auto e = parse_error(std::string(minimal)
+                             + "store_floor_bytes = \"6GiB\"\n[[model]]\nname = \"n\"\nstore_floor_bytes = \"3GiB\"\n");
+  check_error(e, "model[1].store_floor_bytes", 7);
+  CHECK(contains(e.message, "add up to 9GiB, more than store.max_bytes (8GiB)"));
+
+  const auto single = parse_error(std::string(minimal) + "store_floor_bytes = \"2GiB\"\n[store]\nmax_bytes = \"1GiB\"\n");
+  check_error(single, "model[0].store_floor_bytes", 4);
+  CHECK(contains(single.message, "must be <= store.max_bytes (1GiB) (got 2GiB)"));
+}
+
+TEST_CASE("config: a default max_prefill_chunk above a small max_context is an error") {
+  const auto e = parse_error(std::string(minimal) + "[model.sim]\nmax_context = 64\nsnapshot_bytes = 65536\n");
+  check_error(e, "model[0].sim.max_prefill_chunk", 4);
+  CHECK(contains(e.message, "max_context (64)"));
+}
+
+TEST_CASE("config: snapshot_bytes that is not a multiple of max_context is an error") {
+  SUBCASE("set explicitly") {
+    const auto e = parse_error(std::string(minimal) + "[model.sim]\nsnapshot_bytes = 1000000\n");
+    check_error(e, "model[0].sim.snapshot_bytes", 5);
+    CHECK(contains(e.message, "multiple of max_context (4096)"));
+    CHECK(contains(e.message, "nearest valid: 999424 or 1003520"));
+  }
+  SUBCASE("default against a changed max_context") {
+    const auto e = parse_error(std::string(minimal) + "[model.sim]\nmax_context = 3000\n");
+    check_error(e, "model[0].sim.snapshot_bytes", 4);
+    CHECK(contains(e.message, "the default"));
+  }
+}
+
+TEST_CASE("config: an unknown backend is an error listing the known backends") {
+  const auto e = parse_error(std::string(minimal) + "backend = \"qbruntime\"\n");
+  check_error(e, "model[0].backend", 4);
+  CHECK(contains(e.message, "unknown backend \"qbruntime\""));
+  CHECK(contains(e.message, "known backends: \"sim\""));
+}
+
+TEST_CASE("config: an unknown fault code is an error listing the backend error names") {
+  const auto e = parse_error(std::string(minimal) + "[model.sim.faults.dump]\ncode = \"on_fire\"\n");
+  check_error(e, "model[0].sim.faults.dump.code", 5);
+  for (std::string_view name : {"context_overflow", "out_of_memory", "snapshot_mismatch",
+                                "device_timeout", "invalid_argument", "device_failure"})
+    CHECK(contains(e.message, name));
+}
+
+TEST_CASE("config: an unreadable file is an error naming the path and the reason") {
+  SUBCASE("missing file") {
+    const auto path = temp_path("missing.toml");
+    const auto sut = load(path);
+    REQUIRE_FALSE(sut.has_value());
+    CHECK(sut.error().line == 0);
+    CHECK(contains(sut.error().message, path));
+    CHECK(contains(sut.error().message, "No such file or directory"));
+  }
+  SUBCASE("a directory") {
+    const auto sut = load(KVLANE_SOURCE_DIR "/etc");
+    REQUIRE_FALSE(sut.has_value());
+    CHECK(contains(sut.error().message, "Is a directory"));
+  }
+}
+
+TEST_CASE("config: load names the file in value errors") {
+  const auto path = temp_path("bad.toml");
+  {
+    std::ofstream out(path);
+    out << minimal << "[scheduler]\nspare_slots = 100\n";
+  }
+  const auto sut = load(path);
+  std::remove(path.c_str());
+  REQUIRE_FALSE(sut.has_value());
+  CHECK(sut.error().key == "scheduler.spare_slots");
+  CHECK(sut.error().message.find(path + ":5: scheduler.spare_slots: must be between 0 and 64 (got 100)") == 0);
+}
+
+TEST_CASE("config: byte sizes accept integers and binary or decimal units") {
+  CHECK(parse_byte_size("0") == 0u);
+  CHECK(parse_byte_size("4096") == 4096u);
+  CHECK(parse_byte_size("17B") == 17u);
+  CHECK(parse_byte_size("512KiB") == 512u * 1024);
+  CHECK(parse_byte_size("64MiB") == 64ull << 20);
+  CHECK(parse_byte_size("8 GiB") == 8ull << 30);
+  CHECK(parse_byte_size("2TiB") == 2ull << 40);
+  CHECK(parse_byte_size("3kB") == 3000u);
+  CHECK(parse_byte_size("3KB") == 3000u);
+  CHECK(parse_byte_size("5 MB") == 5'000'000u);
+  CHECK(parse_byte_size("1GB") == 1'000'000'000u);
+  CHECK(parse_byte_size("2TB") == 2'000'000'000'000u);
+  CHECK(parse_byte_size("18446744073709551615") == 18'446'744'073'709'551'615u);
+
+  CHECK(parse_ok(std::string(minimal) + "[store]\nmax_bytes = \"16GiB\"\n").store.max_bytes == 16ull << 30);
+  CHECK(parse_ok(std::string(minimal) + "[store]\nmax_bytes = \"2 GB\"\n").store.max_bytes == 2'000'000'000u);
+}
+
+TEST_CASE("config: byte sizes reject anything but digits and one known unit") {
+  for (std::string_view text : {"", " ", "8 GB!", "-1", "-1GiB", "+1", "1.5GiB", "1e9", "8GiB ",
+                                " 8GiB", "8  GiB", "8\tGiB", "8 ", "GiB", "8 gib", "8kb", "8Kib",
+                                "8PiB", "8 bytes", "0x10", "18446744073709551616", "16777216TiB",
+                                "18446744073709551615B0"}) {
+    CAPTURE(text);
+    CHECK_FALSE(parse_byte_size(text).has_value());
+  }
+}
+
+TEST_CASE("config: to_string names scheduler modes as the config spells them") {
+  CHECK(to_string(scheduler_mode::fcfs) == "fcfs");
+  CHECK(to_string(scheduler_mode::sync) == "sync");
+  CHECK(to_string(scheduler_mode::overlap) == "overlap");
+  CHECK(to_string(scheduler_mode::ideal) == "ideal");
+  CHECK(kvlane::backends::to_string(transfer_overlap::full) == "full");
+  CHECK(kvlane::backends::to_string(transfer_overlap::none) == "none");
+  CHECK(kvlane::backends::to_string(transfer_overlap::shared) == "shared");
+}
