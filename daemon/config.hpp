@@ -43,8 +43,11 @@ struct model_section {
 
 struct scheduler_section {
   scheduler_mode mode = scheduler_mode::overlap;
-  std::uint32_t quantum_tokens = 64;  ///< tokens a sequence runs before it may be preempted
+  std::uint32_t quantum_tokens = 64;  ///< steps a sequence runs at level 0 before it drops a level
+  std::uint32_t levels = 4;           ///< MLFQ levels; level i's quantum is quantum_tokens * 2^i
   std::uint32_t spare_slots = 1;      ///< slots kept free for new interactive requests
+  std::uint32_t max_step_tokens = 512; ///< tokens per step (decodes always run; prefill fills up)
+  std::uint32_t aging_steps = 2048;   ///< steps waited before a sequence returns to level 0; 0 = never
   double ewma_alpha = 0.2;            ///< weight of a new sample in the cost model
 };
 
