@@ -1,6 +1,6 @@
 #include "daemon/app.hpp"
 
-#include "backends/factory.hpp"
+#include "actors/engine.hpp"
 #include "daemon/logging.hpp"
 
 #include <caf/actor_system.hpp>
@@ -37,14 +37,6 @@ expected<void, std::string> make_runtime_dir(const std::string& dir) {
     return unexpected(fmt::format("runtime directory {} is not writable: {}", dir,
                                   std::strerror(errno)));
   return {};
-}
-
-std::string describe(const backends::backend_info& i) {
-  return fmt::format("{} slots, max context {}, prefill chunk {}, vocab {}, snapshot {} MiB ({}), "
-                     "transfer overlaps compute: {}",
-                     i.slots, i.max_context, i.max_prefill_chunk, i.vocab_size,
-                     i.snapshot_bytes >> 20, backends::to_string(i.caps.extent),
-                     i.caps.transfer_overlaps_compute ? "yes" : "no");
 }
 
 } // namespace
@@ -96,21 +88,16 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg) {
     s->actor_cfg_.reset();
   });
 
-  // Model backends.
-  auto blog = logging::get("backend");
-  for (auto& m : self->cfg_.models) {
-    auto b = backends::make_backend(m.backend, m.name, m.sim);
-    if (!b)
-      return unexpected(fmt::format("model '{}': backend '{}' failed to load: {} ({})", m.name,
-                                    m.backend, b.error().message,
-                                    backends::to_string(b.error().code)));
-    blog->info("model '{}' loaded on backend '{}': {}", m.name, m.backend, describe((*b)->info()));
-    self->models_.push_back({m, std::move(*b)});
-  }
-  self->on_stop("model backends", [s = self.get()] {
-    for (auto& m : s->models_)
-      logging::get("backend")->info("model '{}' unloaded", m.config.name);
-    s->models_.clear();
+  // The engine: snapshot store, model backends, schedulers and their lanes.
+  auto eng = actors::engine::create(*self->system_, self->cfg_);
+  if (!eng)
+    return unexpected(std::move(eng).error());
+  self->engine_ = std::move(*eng);
+  self->on_stop("engine", [s = self.get()] {
+    s->engine_->shutdown("daemon shutting down");
+    for (auto& m : s->engine_->models())
+      logging::get("backend")->info("model '{}' unloaded", m.name);
+    s->engine_.reset();
   });
   return self;
 }
@@ -157,7 +144,8 @@ bool app::stop() {
 exit_code app::run(const sigset_t& signals) {
   auto log = logging::get("daemon");
   sd_notify(0, "READY=1");
-  log->info("ready: {} model(s), scheduler mode {}", models_.size(), to_string(cfg_.scheduler.mode));
+  log->info("ready: {} model(s), scheduler mode {}", engine_->models().size(),
+            to_string(cfg_.scheduler.mode));
   for (;;) {
     int sig = 0;
     if (int rc = sigwait(&signals, &sig); rc != 0) {

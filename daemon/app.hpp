@@ -2,8 +2,8 @@
 
 // kvlane::daemon::app — the daemon's lifecycle.
 //
-// Builds the subsystems in order (runtime directory, actor system, model
-// backends), registering each one's stop action as soon as it has started, so
+// Builds the subsystems in order (runtime directory, actor system, the
+// engine: snapshot store, model backends and their schedulers), registering each one's stop action as soon as it has started, so
 // shutdown runs them in reverse (Seastar's rule). run() waits for SIGTERM /
 // SIGINT (blocked in every thread before any is started, taken with sigwait
 // in the calling thread) and then stops everything within
@@ -12,7 +12,6 @@
 //
 // Threading: create(), run() and stop() run on the main thread only.
 
-#include "backends/backend.hpp"
 #include "common/expected.hpp"
 #include "daemon/config.hpp"
 
@@ -27,6 +26,10 @@ class actor_system;
 class actor_system_config;
 } // namespace caf
 
+namespace kvlane::actors {
+class engine;
+} // namespace kvlane::actors
+
 namespace kvlane::daemon {
 
 /// Process exit codes of kvlaned.
@@ -36,11 +39,6 @@ enum class exit_code : int {
   usage = 64,          ///< bad command line (EX_USAGE)
   config_error = 78,   ///< the config is invalid at start-up (EX_CONFIG)
   runtime_failure = 70, ///< start-up or shutdown failed for another reason (EX_SOFTWARE)
-};
-
-struct loaded_model {
-  model_section config;
-  std::unique_ptr<backends::backend> backend;
 };
 
 class app {
@@ -62,7 +60,7 @@ public:
 
   const config& cfg() const noexcept { return cfg_; }
   const std::string& runtime_dir() const noexcept { return runtime_dir_; }
-  const std::vector<loaded_model>& models() const noexcept { return models_; }
+  actors::engine& engine() noexcept { return *engine_; }
 
 private:
   explicit app(config cfg);
@@ -73,7 +71,7 @@ private:
   std::string runtime_dir_;
   std::unique_ptr<caf::actor_system_config> actor_cfg_;
   std::unique_ptr<caf::actor_system> system_;
-  std::vector<loaded_model> models_;
+  std::unique_ptr<actors::engine> engine_;
   std::vector<std::pair<std::string, std::function<void()>>> stops_;
 };
 

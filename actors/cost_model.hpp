@@ -1,0 +1,53 @@
+#pragma once
+
+// kvlane::actors::cost_model — what a step, a dump and a load cost, learned
+// online from measured times, and the swap-or-recompute decision built on it.
+//
+// Step time is fitted as base + per_token * tokens by exponentially weighted
+// least squares (weight alpha on each new sample). Dump and load times are
+// exponentially weighted averages of milliseconds per byte. Until a figure has
+// been measured it is unknown and the decision falls back to swapping, which
+// then measures it.
+//
+// Threading: a plain value owned by one scheduler actor.
+
+#include <cstdint>
+#include <optional>
+
+namespace kvlane::actors {
+
+class cost_model {
+public:
+  explicit cost_model(double alpha = 0.2);
+
+  void observe_step(std::uint32_t tokens, double ms);
+  void observe_dump(std::uint64_t bytes, double ms);
+  void observe_load(std::uint64_t bytes, double ms);
+
+  std::optional<double> step_base_ms() const;
+  std::optional<double> step_per_token_ms() const;
+  std::optional<double> dump_ms(std::uint64_t bytes) const;
+  std::optional<double> load_ms(std::uint64_t bytes) const;
+
+  /// Estimated cost of re-prefilling `tokens` tokens (their share of steps).
+  std::optional<double> recompute_ms(std::uint32_t tokens) const;
+
+  /// Estimated cost of bringing a snapshot of `bytes` back: its load, plus its
+  /// dump when the dump stalls compute (sync mode).
+  std::optional<double> swap_ms(std::uint64_t bytes, bool dump_exposed) const;
+
+  /// True when recomputing `tokens` tokens is cheaper than swapping a snapshot
+  /// of `bytes`. A swap must win by a margin (it costs memory and can fail),
+  /// so recompute wins when recompute_ms <= swap_ms / 0.9. Unknown figures → false.
+  bool prefer_recompute(std::uint32_t tokens, std::uint64_t bytes, bool dump_exposed) const;
+
+private:
+  double alpha_;
+  // Exponentially weighted sums for the step fit.
+  double s0_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  std::uint64_t steps_ = 0;
+  std::optional<double> dump_ms_per_byte_;
+  std::optional<double> load_ms_per_byte_;
+};
+
+} // namespace kvlane::actors

@@ -1,0 +1,204 @@
+#include "actors/engine.hpp"
+
+#include "backends/factory.hpp"
+#include "daemon/logging.hpp"
+
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <algorithm>
+
+namespace kvlane::actors {
+
+std::string_view to_string(priority_class c) noexcept {
+  return c == priority_class::interactive ? "interactive" : "batch";
+}
+
+std::string_view to_string(end_reason r) noexcept {
+  switch (r) {
+    case end_reason::length: return "length";
+    case end_reason::stop: return "stop";
+    case end_reason::cancelled: return "cancelled";
+    case end_reason::error: return "error";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(submit_errc e) noexcept {
+  switch (e) {
+    case submit_errc::unknown_model: return "unknown_model";
+    case submit_errc::invalid_request: return "invalid_request";
+    case submit_errc::too_long: return "too_long";
+    case submit_errc::shutting_down: return "shutting_down";
+  }
+  return "unknown";
+}
+
+engine::engine(caf::actor_system& sys, std::shared_ptr<ipc::snapshot_store> store)
+  : sys_(sys), store_(std::move(store)) {}
+
+engine::~engine() {
+  shutdown();
+}
+
+expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system& sys,
+                                                              const daemon::config& cfg,
+                                                              scheduler_observer observer) {
+  const bool ideal = cfg.scheduler.mode == daemon::scheduler_mode::ideal;
+  for (auto& m : cfg.models)
+    if (ideal && m.backend != "sim")
+      return unexpected(fmt::format("scheduler mode 'ideal' models free transfers and needs the "
+                                    "sim backend; model '{}' uses '{}'",
+                                    m.name, m.backend));
+
+  auto arena = ipc::memfd_arena::create("kvlane-store", cfg.store.max_bytes);
+  if (!arena)
+    return unexpected(fmt::format("snapshot store: {}", arena.error().message));
+  ipc::store_options so;
+  so.limit_bytes = cfg.store.max_bytes;
+  auto store = ipc::snapshot_store::create(std::move(*arena), so);
+  if (!store)
+    return unexpected(fmt::format("snapshot store: {}", store.error().message));
+  std::shared_ptr<ipc::snapshot_store> shared_store{std::move(*store)};
+
+  std::unique_ptr<engine> self{new engine(sys, shared_store)};
+  auto log = daemon::logging::get("backend");
+  for (std::uint32_t i = 0; i < cfg.models.size(); ++i) {
+    const auto& m = cfg.models[i];
+    auto sim = m.sim;
+    if (ideal) {
+      sim.dump_min_ms = sim.dump_max_ms = 0;
+      sim.load_min_ms = sim.load_max_ms = 0;
+    }
+    auto b = backends::make_backend(m.backend, m.name, sim);
+    if (!b)
+      return unexpected(fmt::format("model '{}': backend '{}' failed to load: {} ({})", m.name,
+                                    m.backend, b.error().message,
+                                    backends::to_string(b.error().code)));
+    if (auto r = shared_store->register_model(i, m.store_floor_bytes, m.store_cap_bytes); !r)
+      return unexpected(fmt::format("model '{}': snapshot store: {}", m.name, r.error().message));
+    model_entry e;
+    e.name = m.name;
+    e.index = i;
+    e.backend = std::shared_ptr<backends::backend>{std::move(*b)};
+    e.info = e.backend->info();
+    const auto& info = e.info;
+    log->info("model '{}' loaded on backend '{}': {} slots, max context {}, prefill chunk {}, "
+              "vocab {}, snapshot {} MiB ({}), transfer overlaps compute: {}",
+              m.name, m.backend, info.slots, info.max_context, info.max_prefill_chunk,
+              info.vocab_size, info.snapshot_bytes >> 20, backends::to_string(info.caps.extent),
+              info.caps.transfer_overlaps_compute ? "yes" : "no");
+    scheduler_setup setup;
+    setup.model = m.name;
+    setup.model_index = i;
+    setup.backend = e.backend;
+    setup.store = shared_store;
+    setup.policy = cfg.scheduler;
+    setup.observer = observer;
+    e.scheduler = spawn_scheduler(sys, std::move(setup));
+    self->models_.push_back(std::move(e));
+  }
+  daemon::logging::get("store")->info("snapshot store: {} MiB limit, committed on use",
+                                      cfg.store.max_bytes >> 20);
+  return self;
+}
+
+const model_entry* engine::find_model(std::string_view name) const noexcept {
+  for (auto& m : models_)
+    if (m.name == name)
+      return &m;
+  return nullptr;
+}
+
+expected<std::shared_ptr<token_stream>, submit_error> engine::submit(submit_request req) {
+  auto fail = [](submit_errc code, std::string msg) {
+    return unexpected(submit_error{code, std::move(msg)});
+  };
+  if (stopped_)
+    return fail(submit_errc::shutting_down, "the daemon is shutting down");
+  auto* m = find_model(req.model);
+  if (!m) {
+    std::string known;
+    for (auto& x : models_)
+      known += (known.empty() ? "" : ", ") + x.name;
+    return fail(submit_errc::unknown_model,
+                fmt::format("unknown model '{}' (loaded: {})", req.model, known));
+  }
+  const auto& info = m->info;
+  const auto& tok = m->backend->tokens();
+
+  auto sub = std::make_shared<submission>();
+  if (!req.prompt_text.empty()) {
+    if (!req.prompt_tokens.empty())
+      return fail(submit_errc::invalid_request, "give the prompt as text or as tokens, not both");
+    sub->prompt.push_back(tok.bos());
+    auto body = tok.encode(req.prompt_text);
+    sub->prompt.insert(sub->prompt.end(), body.begin(), body.end());
+  } else {
+    sub->prompt = std::move(req.prompt_tokens);
+  }
+  if (sub->prompt.empty())
+    return fail(submit_errc::invalid_request, "the prompt is empty");
+  for (std::size_t i = 0; i < sub->prompt.size(); ++i)
+    if (sub->prompt[i] >= info.vocab_size)
+      return fail(submit_errc::invalid_request,
+                  fmt::format("prompt token {} at position {} is outside the vocabulary (size {})",
+                              sub->prompt[i], i, info.vocab_size));
+  if (req.stop_at_eos && std::find(req.sampling.stop_tokens.begin(), req.sampling.stop_tokens.end(),
+                                   tok.eos()) == req.sampling.stop_tokens.end())
+    req.sampling.stop_tokens.push_back(tok.eos());
+  if (auto ok = validate(req.sampling, info.vocab_size, info.max_context); !ok)
+    return fail(submit_errc::invalid_request, ok.error());
+  const auto need = sub->prompt.size() + req.sampling.max_tokens;
+  if (need > info.max_context)
+    return fail(submit_errc::too_long,
+                fmt::format("the request needs {} tokens of context ({} prompt + {} max_tokens); "
+                            "model '{}' has {}",
+                            need, sub->prompt.size(), req.sampling.max_tokens, m->name,
+                            info.max_context));
+  if (req.client.empty())
+    return fail(submit_errc::invalid_request, "the client name is empty");
+
+  sub->id = next_id_.fetch_add(1);
+  sub->client = std::move(req.client);
+  sub->priority = req.priority;
+  sub->sampling = std::move(req.sampling);
+  auto stream = std::make_shared<token_stream>(sub->id, m->name, m->scheduler);
+  sub->session = spawn_session(sys_, stream, std::chrono::steady_clock::now());
+  caf::anon_send(m->scheduler, submit_atom::value, std::move(sub));
+  return stream;
+}
+
+void engine::shutdown(std::string_view why) {
+  if (stopped_.exchange(true))
+    return;
+  caf::scoped_actor self{sys_};
+  for (auto& m : models_) {
+    self->request(m.scheduler, std::chrono::seconds(10), shutdown_atom::value, std::string{why})
+      .receive([](bool) {},
+               [&](caf::error& err) {
+                 daemon::logging::get("scheduler")
+                   ->error("model '{}': shutdown request failed: {}", m.name, caf::to_string(err));
+               });
+    self->send_exit(m.scheduler, caf::exit_reason::user_shutdown);
+  }
+}
+
+expected<scheduler_stats, std::string> engine::stats(std::string_view model,
+                                                     std::chrono::milliseconds timeout) const {
+  auto* m = find_model(model);
+  if (!m)
+    return unexpected(fmt::format("unknown model '{}'", model));
+  caf::scoped_actor self{sys_};
+  expected<scheduler_stats, std::string> out = unexpected(std::string{"no reply"});
+  self->request(m->scheduler, timeout, stats_atom::value)
+    .receive([&](scheduler_stats_ptr s) { out = *s; },
+             [&](caf::error& err) { out = unexpected(caf::to_string(err)); });
+  return out;
+}
+
+ipc::store_stats engine::store_stats() const {
+  return store_->stats();
+}
+
+} // namespace kvlane::actors

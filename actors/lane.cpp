@@ -1,0 +1,104 @@
+#include "actors/lane.hpp"
+
+#include "daemon/logging.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+namespace kvlane::actors {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+struct lane_state {
+  static inline const char* name = "lane";
+  std::string lane_name;
+  std::shared_ptr<backends::backend> backend;
+  std::shared_ptr<ipc::snapshot_store> store;
+};
+
+using lane_impl = lane_actor::stateful_pointer<lane_state>;
+
+transfer_done_ptr run_dump(lane_state& st, const transfer_job_ptr& job) {
+  auto done = std::make_shared<transfer_done>();
+  done->job = *job;
+  done->start = clock::now();
+  auto r = st.backend->dump(job->slot, job->cache_len, job->destination);
+  if (!r) {
+    done->error = fmt::format("dump of slot {} failed: {} ({})", job->slot, r.error().message,
+                              backends::to_string(r.error().code));
+  } else if (auto s = st.store->seal(job->snapshot); !s) {
+    done->error = fmt::format("sealing snapshot {} failed: {}", ipc::to_string(job->snapshot),
+                              s.error().message);
+  }
+  done->end = clock::now();
+  return done;
+}
+
+transfer_done_ptr run_load(lane_state& st, const transfer_job_ptr& job) {
+  auto done = std::make_shared<transfer_done>();
+  done->job = *job;
+  done->start = clock::now();
+  // The slot is trusted only after the snapshot proves intact and current.
+  if (auto v = st.store->verify(job->snapshot, job->generation); !v) {
+    done->corrupt = true;
+    done->error = fmt::format("snapshot {} failed verification: {}",
+                              ipc::to_string(job->snapshot), v.error().message);
+  } else if (auto bytes = st.store->read(job->snapshot); !bytes) {
+    done->corrupt = true;
+    done->error = fmt::format("snapshot {} unreadable: {}", ipc::to_string(job->snapshot),
+                              bytes.error().message);
+  } else if (auto r = st.backend->load(job->slot, job->cache_len, *bytes); !r) {
+    done->error = fmt::format("load of slot {} failed: {} ({})", job->slot, r.error().message,
+                              backends::to_string(r.error().code));
+  }
+  done->end = clock::now();
+  return done;
+}
+
+lane_actor::behavior_type lane_behavior(lane_impl self, std::string name,
+                                        std::shared_ptr<backends::backend> backend,
+                                        std::shared_ptr<ipc::snapshot_store> store) {
+  self->state.lane_name = std::move(name);
+  self->state.backend = std::move(backend);
+  self->state.store = std::move(store);
+  self->set_exception_handler([self](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      daemon::logging::get("scheduler")->critical("lane {}: {}", self->state.lane_name, x.what());
+    } catch (...) {
+      daemon::logging::get("scheduler")->critical("lane {}: unknown exception", self->state.lane_name);
+    }
+    return caf::sec::runtime_error;
+  });
+  return {
+    [self](step_atom, step_plan_ptr plan) -> step_done_ptr {
+      auto done = std::make_shared<step_done>();
+      done->start = clock::now();
+      auto r = self->state.backend->step(plan->rows, done->out);
+      done->end = clock::now();
+      if (!r)
+        done->error = std::move(r.error());
+      done->plan = std::move(plan);
+      return done;
+    },
+    [self](transfer_atom, transfer_job_ptr job) -> transfer_done_ptr {
+      return job->kind == transfer_kind::dump ? run_dump(self->state, job)
+                                              : run_load(self->state, job);
+    },
+  };
+}
+
+} // namespace
+
+lane_actor spawn_lane(caf::actor_system& sys, std::string name,
+                      std::shared_ptr<backends::backend> backend,
+                      std::shared_ptr<ipc::snapshot_store> store) {
+  return sys.spawn<caf::detached>(lane_behavior, std::move(name), std::move(backend),
+                                  std::move(store));
+}
+
+} // namespace kvlane::actors

@@ -1,0 +1,97 @@
+#pragma once
+
+// kvlane::actors::scheduler — one per model: decides which sequences hold the
+// model's KV slots, builds every step, and moves KV between slots and the
+// snapshot store.
+//
+// Policy (docs/scheduling.md): a skip-join multi-level feedback queue.
+// Sequences are ranked by (priority class, level, turn) with clients
+// interleaved round-robin inside each (class, level); a sequence that used up
+// its level's quantum of steps drops one level and goes to the back of it; one
+// that waited `aging_steps` steps rises to level 0. The top (slots -
+// spare_slots) ranked sequences are the target set; a target sequence without
+// a slot takes a free one at once (the spare: a new interactive request never
+// waits for a dump) and the lowest-ranked resident outside the target is
+// evicted to restore the spare, when the lane that would dump it is idle — so
+// it keeps running while the newcomer's snapshot loads. Eviction swaps
+// (dump to the store) or recomputes (drops the KV), whichever the cost model
+// says is cheaper.
+//
+// Modes: fcfs (arrival order, no preemption), sync (transfers on the compute
+// lane between steps), overlap (transfers on the transfer lane while steps
+// run; falls back to sync with 4x longer quanta if the backend cannot
+// overlap), ideal (as overlap; the engine zeroes the sim's transfer times).
+//
+// Threading: a CAF event-based actor; all state is its own. Blocking calls
+// happen only in its two detached lanes.
+
+#include "actors/messages.hpp"
+#include "daemon/config.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace kvlane::actors {
+
+/// Where a sequence's KV is, as reported to an observer at every change.
+enum class seq_phase : std::uint8_t {
+  queued,    ///< no KV: new, or dropped to be recomputed
+  resident,  ///< holds a slot (prefilling or decoding)
+  dumping,   ///< its slot is being copied to the store
+  parked,    ///< its KV lives in the store
+  loading,   ///< its snapshot is being copied back into a slot
+  ended,     ///< the stream ended; nothing of it remains
+};
+std::string_view to_string(seq_phase p) noexcept;
+
+/// Called on the scheduler's thread at every phase change; must not block.
+/// For tests and tracing.
+using scheduler_observer = std::function<void(std::string_view model, seq_id, seq_phase)>;
+
+struct scheduler_setup {
+  std::string model;
+  std::uint32_t model_index = 0;
+  std::shared_ptr<backends::backend> backend;
+  std::shared_ptr<ipc::snapshot_store> store;
+  daemon::scheduler_section policy;
+  scheduler_observer observer; ///< optional
+};
+
+/// Counters and gauges of one model's scheduler.
+struct scheduler_stats {
+  std::string model;
+  daemon::scheduler_mode mode = daemon::scheduler_mode::overlap;
+  std::uint32_t slots = 0;
+  std::uint32_t slots_busy = 0; ///< resident, loading or dumping
+  std::uint32_t resident = 0, waiting = 0, parked = 0, loading = 0, dumping = 0;
+  std::uint32_t queued_interactive = 0, queued_batch = 0; ///< without a slot
+  std::uint64_t submitted = 0, finished = 0, cancelled = 0, failed = 0;
+  std::uint64_t steps = 0, tokens_generated = 0, prefill_tokens = 0;
+  std::uint64_t preemptions = 0, swaps = 0, recomputes = 0;
+  std::uint64_t dumps = 0, loads = 0, snapshots_lost = 0;
+  std::uint64_t step_failures = 0, dump_failures = 0, load_failures = 0;
+  double step_busy_ms = 0;     ///< compute lane busy in steps
+  double transfer_ms = 0;      ///< transfer time in total
+  double transfer_hidden_ms = 0; ///< transfer time during which a step ran
+  double step_base_ms = 0, step_per_token_ms = 0; ///< cost model (0 = not yet known)
+  double dump_ms = 0, load_ms = 0; ///< cost model for one full snapshot (0 = not yet known)
+};
+
+using scheduler_stats_ptr = std::shared_ptr<const scheduler_stats>;
+
+/// Spawns the scheduler with its compute and transfer lanes (linked: they
+/// stop with it).
+caf::actor spawn_scheduler(caf::actor_system& sys, scheduler_setup setup);
+
+/// Sent by the engine before shutdown: ends every stream with reason
+/// cancelled and `message`, frees every slot and snapshot, then replies.
+using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+
+} // namespace kvlane::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::scheduler_stats_ptr)

@@ -1,0 +1,73 @@
+#include "actors/session.hpp"
+
+#include "daemon/logging.hpp"
+
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+
+namespace kvlane::actors {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+struct session_state {
+  static inline const char* name = "session";
+  std::shared_ptr<stream_sink> sink;
+  clock::time_point submitted;
+  clock::time_point first_token;
+  clock::time_point last_token;
+  std::uint64_t delivered = 0;
+};
+
+double ms_between(clock::time_point a, clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
+                               std::shared_ptr<stream_sink> sink, clock::time_point submitted) {
+  self->state.sink = std::move(sink);
+  self->state.submitted = submitted;
+  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      daemon::logging::get("scheduler")->error("session: {}", x.what());
+    } catch (...) {
+      daemon::logging::get("scheduler")->error("session: unknown exception");
+    }
+    return caf::sec::runtime_error;
+  });
+  return {
+    [self](tokens_atom, const std::vector<token_id>& tokens) {
+      auto& st = self->state;
+      auto now = clock::now();
+      if (st.delivered == 0)
+        st.first_token = now;
+      st.last_token = now;
+      st.delivered += tokens.size();
+      st.sink->on_tokens(tokens);
+    },
+    [self](end_atom, stream_end end) {
+      auto& st = self->state;
+      auto now = clock::now();
+      end.e2e_ms = ms_between(st.submitted, now);
+      if (st.delivered > 0) {
+        end.ttft_ms = ms_between(st.submitted, st.first_token);
+        if (st.delivered > 1)
+          end.tpot_ms = ms_between(st.first_token, st.last_token) / double(st.delivered - 1);
+      }
+      st.sink->on_end(end);
+      self->quit();
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_session(caf::actor_system& sys, std::shared_ptr<stream_sink> sink,
+                         clock::time_point submitted) {
+  return sys.spawn(session_behavior, std::move(sink), submitted);
+}
+
+} // namespace kvlane::actors

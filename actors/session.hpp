@@ -1,0 +1,37 @@
+#pragma once
+
+// kvlane::actors::session — one actor per sequence: its stream to the consumer.
+//
+// The scheduler owns what the step loop needs between two steps (tokens,
+// sampler, KV location) so that sampling costs no message round trip; the
+// session owns everything the consumer sees: token delivery in order, the
+// request's timings (time to first token, time per output token, end to end)
+// and the end of the stream. The consumer side is a stream_sink: the
+// in-process token_stream now, the client connection's actor later.
+//
+// Threading: a CAF event-based actor. The sink is called from the actor's
+// worker thread, one call at a time, and must not block.
+
+#include "actors/messages.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <chrono>
+#include <memory>
+#include <span>
+
+namespace kvlane::actors {
+
+class stream_sink {
+public:
+  virtual ~stream_sink() = default;
+  virtual void on_tokens(std::span<const token_id> tokens) = 0;
+  virtual void on_end(const stream_end& end) = 0;
+};
+
+/// Spawns a session delivering to `sink`; timings count from `submitted`.
+caf::actor spawn_session(caf::actor_system& sys, std::shared_ptr<stream_sink> sink,
+                         std::chrono::steady_clock::time_point submitted);
+
+} // namespace kvlane::actors
