@@ -1,0 +1,324 @@
+#include "actors/sampler.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace kvlane::actors {
+
+namespace {
+
+constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+// NaN can never win; +inf becomes the largest finite value so that
+// `logit - max` stays well defined (inf - inf would be NaN).
+float clean(float x) noexcept {
+  if (std::isnan(x))
+    return neg_inf;
+  if (x == std::numeric_limits<float>::infinity())
+    return std::numeric_limits<float>::max();
+  return x;
+}
+
+std::uint64_t splitmix64(std::uint64_t& x) noexcept {
+  std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+constexpr std::uint64_t rotl(std::uint64_t x, int k) noexcept {
+  return (x << k) | (x >> (64 - k));
+}
+
+// NaN compares false, so it never replaces the best; +inf beats any finite.
+backends::token_id argmax(std::span<const float> logits) noexcept {
+  std::size_t best = 0;
+  float best_v = neg_inf;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const float v = logits[i];
+    if (v > best_v) {
+      best_v = v;
+      best = i;
+    }
+  }
+  return static_cast<backends::token_id>(best);
+}
+
+// Strict total order on token ids: higher value first, lower index breaks
+// ties. With it, nth_element/sort/heap results do not depend on the standard
+// library implementation.
+struct ranks_before {
+  const float* v;
+  bool operator()(std::uint32_t a, std::uint32_t b) const noexcept {
+    return v[a] > v[b] || (v[a] == v[b] && a < b);
+  }
+};
+
+// Bands of 1/16 nat of log-probability; below -104 nats expf gives 0 in
+// float, so everything deeper shares the last band.
+constexpr std::size_t bucket_scale = 16;
+constexpr std::size_t bucket_depth = 104;
+constexpr std::size_t bucket_count = bucket_depth * bucket_scale + 1;
+
+std::size_t bucket_of(float scaled) noexcept {
+  const float depth = -scaled; // scaled <= 0
+  if (!(depth < static_cast<float>(bucket_depth)))
+    return bucket_count - 1;
+  return static_cast<std::size_t>(depth * static_cast<float>(bucket_scale));
+}
+
+} // namespace
+
+expected<void, std::string> validate(const sampling_params& p, std::uint32_t vocab_size,
+                                     std::uint32_t max_context) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f || p.temperature > max_temperature)
+    return unexpected(fmt::format("temperature must be finite and in [0, {}], got {}",
+                                  max_temperature, p.temperature));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+    return unexpected(fmt::format("top_p must be in (0, 1], got {}", p.top_p));
+  if (p.top_k > vocab_size)
+    return unexpected(
+        fmt::format("top_k must be <= vocab_size ({}), got {}", vocab_size, p.top_k));
+  if (p.max_tokens < 1 || p.max_tokens > max_context)
+    return unexpected(fmt::format("max_tokens must be in [1, max_context ({})], got {}",
+                                  max_context, p.max_tokens));
+  if (p.stop_tokens.size() > max_stop_tokens)
+    return unexpected(fmt::format("stop_tokens holds {} entries, at most {} allowed",
+                                  p.stop_tokens.size(), max_stop_tokens));
+  for (std::size_t i = 0; i < p.stop_tokens.size(); ++i)
+    if (p.stop_tokens[i] >= vocab_size)
+      return unexpected(fmt::format("stop_tokens[{}] must be < vocab_size ({}), got {}", i,
+                                    vocab_size, p.stop_tokens[i]));
+  return {};
+}
+
+sampler::sampler(sampling_params params) : params_(std::move(params)) {
+  std::uint64_t x = params_.seed;
+  for (auto& word : state_.rng)
+    word = splitmix64(x);
+}
+
+bool sampler::is_stop(backends::token_id t) const noexcept {
+  return std::find(params_.stop_tokens.begin(), params_.stop_tokens.end(), t)
+         != params_.stop_tokens.end();
+}
+
+// xoshiro256** (Blackman & Vigna): fixed arithmetic, identical on every platform.
+std::uint64_t sampler::next_u64() noexcept {
+  auto& s = state_.rng;
+  const std::uint64_t result = rotl(s[1] * 5, 7) * 9;
+  const std::uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  ++state_.draws;
+  return result;
+}
+
+double sampler::next_unit() noexcept {
+  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; // [0, 1)
+}
+
+backends::token_id sampler::sample(std::span<const float> logits) {
+  const std::size_t n = logits.size();
+  if (n == 0)
+    return 0;
+  const float temperature = params_.temperature;
+  const float inv_t = 1.0f / temperature;
+  if (!(temperature > 0.0f) || !std::isfinite(temperature) || !std::isfinite(inv_t))
+    return argmax(logits);
+
+  // One draw per call whatever the row looks like, so the stream position
+  // depends only on how many tokens were sampled.
+  const double u = next_unit();
+
+  scaled_.resize(n);
+  probs_.resize(n);
+  order_.resize(n);
+  buckets_.resize(bucket_count);
+
+  float* const s = scaled_.data();
+  float max_v = neg_inf;
+  for (std::size_t i = 0; i < n; ++i) {
+    s[i] = clean(logits[i]);
+    max_v = std::max(max_v, s[i]);
+  }
+  if (max_v == neg_inf)
+    return 0;
+
+  const std::size_t k = params_.top_k;
+  if (k > 0 && k <= n / 8)
+    return sample_few(k, max_v, inv_t, u);
+  for (std::size_t i = 0; i < n; ++i)
+    s[i] = (s[i] - max_v) * inv_t; // -inf stays -inf
+  return sample_all(k < n ? k : 0, u);
+}
+
+// Small top-k: one scan with a k-element heap (almost every token fails the
+// comparison with the heap's worst), then only k exponentials.
+backends::token_id sampler::sample_few(std::size_t k, float max_v, float inv_t,
+                                       double u) noexcept {
+  const std::size_t n = scaled_.size();
+  const float* const s = scaled_.data();
+  float* const p = probs_.data();
+  std::uint32_t* const ord = order_.data();
+  const ranks_before before{s};
+
+  std::size_t c = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto id = static_cast<std::uint32_t>(i);
+    if (s[i] == neg_inf)
+      continue;
+    if (c < k) {
+      ord[c++] = id;
+      std::push_heap(ord, ord + c, before); // front: the worst kept token
+    } else if (before(id, ord[0])) {
+      std::pop_heap(ord, ord + c, before);
+      ord[c - 1] = id;
+      std::push_heap(ord, ord + c, before);
+    }
+  }
+  std::sort(ord, ord + c, before);
+
+  double total = 0.0;
+  for (std::size_t j = 0; j < c; ++j) {
+    p[j] = std::exp((s[ord[j]] - max_v) * inv_t); // p indexed by rank here
+    total += p[j];
+  }
+  std::size_t kept = c;
+  double mass = total;
+  if (params_.top_p < 1.0f) {
+    const double goal = static_cast<double>(params_.top_p) * total;
+    double cum = 0.0;
+    for (std::size_t j = 0; j < c; ++j) {
+      cum += p[j];
+      if (cum >= goal) {
+        kept = j + 1;
+        mass = cum;
+        break;
+      }
+    }
+  }
+
+  const double target = u * mass;
+  double acc = 0.0;
+  for (std::size_t j = 0; j < kept; ++j) {
+    acc += p[j];
+    if (acc > target)
+      return ord[j];
+  }
+  return ord[0]; // only reachable if u * mass rounded up to mass
+}
+
+// Everything else works on the whole row in index order: scaled_ holds
+// (logit - max) / temperature, and the sums run in a fixed order.
+backends::token_id sampler::sample_all(std::size_t k, double u) noexcept {
+  const std::size_t n = scaled_.size();
+  float* const s = scaled_.data();
+  float* const p = probs_.data();
+  std::uint32_t* const ord = order_.data();
+  const ranks_before before{s};
+
+  // Large top-k: find the k-th token, then membership is "ranked no lower".
+  float bound_v = neg_inf;
+  std::size_t bound_i = n;
+  if (k > 0) {
+    std::size_t live = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (s[i] > neg_inf)
+        ord[live++] = static_cast<std::uint32_t>(i);
+    if (k < live) {
+      std::nth_element(ord, ord + k - 1, ord + live, before);
+      bound_i = ord[k - 1];
+      bound_v = s[bound_i];
+    }
+  }
+
+  double total = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = s[i];
+    const bool member = v > neg_inf && (v > bound_v || (v == bound_v && i <= bound_i));
+    p[i] = member ? std::exp(v) : 0.0f;
+    total += p[i];
+  }
+
+  if (params_.top_p < 1.0f) { // NaN compares false: off
+    // Nucleus without a full sort: histogram the mass by log-probability band,
+    // find the band where the cumulative mass crosses top_p, and rank only the
+    // tokens of that band. Every token in a higher band is in the nucleus.
+    double* const band = buckets_.data();
+    std::fill(band, band + bucket_count, 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      if (p[i] > 0.0f)
+        band[bucket_of(s[i])] += p[i];
+
+    const double goal = static_cast<double>(params_.top_p) * total;
+    double above = 0.0;
+    std::size_t cut = 0;
+    while (cut < bucket_count && above + band[cut] < goal)
+      above += band[cut++];
+
+    if (cut < bucket_count) {
+      std::size_t c = 0;
+      for (std::size_t i = 0; i < n; ++i)
+        if (p[i] > 0.0f && bucket_of(s[i]) == cut)
+          ord[c++] = static_cast<std::uint32_t>(i);
+
+      // Rank the band in growing chunks: usually the first chunk suffices.
+      const double goal_in_band = goal - above;
+      double cum = 0.0;
+      std::size_t sorted = 0;
+      std::size_t last = c; // rank of the last nucleus token in the band
+      while (last == c && sorted < c) {
+        const std::size_t end = std::min(c, std::max<std::size_t>(64, 2 * sorted));
+        if (end < c)
+          std::nth_element(ord + sorted, ord + end, ord + c, before);
+        std::sort(ord + sorted, ord + end, before);
+        for (std::size_t j = sorted; j < end; ++j) {
+          cum += p[ord[j]];
+          if (cum >= goal_in_band) {
+            last = j;
+            break;
+          }
+        }
+        sorted = end;
+      }
+      if (last == c)
+        last = c - 1; // rounding kept the band's sum just below the goal
+      const std::uint32_t boundary = ord[last];
+
+      total = 0.0;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (p[i] > 0.0f) {
+          const std::size_t b = bucket_of(s[i]);
+          const bool kept =
+              b < cut || (b == cut && !before(boundary, static_cast<std::uint32_t>(i)));
+          if (!kept)
+            p[i] = 0.0f;
+        }
+        total += p[i];
+      }
+    }
+  }
+
+  const double target = u * total;
+  double acc = 0.0;
+  std::size_t last_live = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (p[i] > 0.0f)
+      last_live = i;
+    acc += p[i];
+    if (acc > target)
+      return static_cast<backends::token_id>(i);
+  }
+  return static_cast<backends::token_id>(last_live); // u * total rounded up to total
+}
+
+} // namespace kvlane::actors

@@ -1,0 +1,105 @@
+#pragma once
+
+// kvlane::actors::sampler — turns one logits row into one token, on the host.
+//
+// Problem it solves: a backend's step() returns raw logits (vocab_size floats
+// per row); each session needs its own temperature / top-k / top-p policy and
+// its own reproducible random stream. The sampler is that per-session policy
+// plus RNG, with scratch buffers kept inside so the per-token path does not
+// allocate once it has seen the vocabulary size.
+//
+// Ownership and threading: a sampler is a plain value owned by one session and
+// used by one thread at a time. It is copyable; a copy continues the same
+// random sequence. state()/restore() expose the RNG position as a trivially
+// copyable struct so a preempted session can be resumed (or replayed) exactly.
+//
+// Determinism: the RNG is xoshiro256** seeded through splitmix64 (written here,
+// no standard-library distributions), candidate ordering uses a strict total
+// order (logit descending, index ascending) and sums run in a fixed order, so a
+// given seed yields the same tokens with any standard library. std::exp is the
+// only platform-dependent step: a different libm may differ in the last ulp.
+//
+// Non-finite logits: NaN counts as -inf (the token can never be chosen); +inf
+// counts as the largest finite float, so +inf tokens share all probability
+// mass equally. If every logit is -inf or NaN (or the row is empty), sample()
+// returns token 0: the caller gets an in-range token and no error path on the
+// hot loop; a backend producing such rows is broken and is diagnosed upstream.
+
+#include "backends/backend.hpp"
+#include "common/expected.hpp"
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace kvlane::actors {
+
+inline constexpr float max_temperature = 100.0f;
+inline constexpr std::size_t max_stop_tokens = 16;
+
+struct sampling_params {
+  float temperature = 0.0f;  ///< 0 = greedy (argmax)
+  std::uint32_t top_k = 0;   ///< 0 = off
+  float top_p = 1.0f;        ///< 1 = off
+  std::uint64_t seed = 0;
+  std::uint32_t max_tokens = 256;
+  std::vector<backends::token_id> stop_tokens;
+};
+
+/// Checks `p` against the model's geometry. The error names the offending
+/// field and the value it had, e.g. "top_p must be in (0, 1], got 1.5".
+expected<void, std::string> validate(const sampling_params& p, std::uint32_t vocab_size,
+                                     std::uint32_t max_context);
+
+/// The resumable part of a sampler: where its random stream stands.
+struct sampler_state {
+  std::array<std::uint64_t, 4> rng{};
+  std::uint64_t draws = 0;
+};
+static_assert(std::is_trivially_copyable_v<sampler_state>);
+
+class sampler {
+public:
+  /// `params` should have passed validate(); out-of-range values do not crash
+  /// (non-positive or non-finite temperature samples greedily, top_p outside
+  /// (0, 1) is treated as off or as "top token only", top_k beyond the row is off).
+  explicit sampler(sampling_params params);
+
+  /// Picks one token from `logits`. Greedy when temperature is 0 (lowest index
+  /// wins ties; consumes no randomness). Otherwise: top-k on the logits,
+  /// softmax at the temperature, nucleus (top-p) cut, renormalize, and exactly
+  /// one random draw per call (an empty row draws nothing). The result is
+  /// always < logits.size(), or 0 for an empty row. Allocates only when the
+  /// row is longer than any seen before.
+  backends::token_id sample(std::span<const float> logits);
+
+  bool is_stop(backends::token_id t) const noexcept;
+
+  /// Random numbers consumed so far (one per non-greedy sample() call);
+  /// part of state(), so it survives restore().
+  std::uint64_t draws() const noexcept { return state_.draws; }
+
+  const sampling_params& params() const noexcept { return params_; }
+
+  sampler_state state() const noexcept { return state_; }
+  void restore(const sampler_state& s) noexcept { state_ = s; }
+
+private:
+  std::uint64_t next_u64() noexcept;
+  double next_unit() noexcept;
+  backends::token_id sample_few(std::size_t k, float max_v, float inv_t, double u) noexcept;
+  backends::token_id sample_all(std::size_t k, double u) noexcept;
+
+  sampling_params params_;
+  sampler_state state_;
+  // Scratch, sized to the vocabulary on first use and reused afterwards.
+  std::vector<float> scaled_;         // cleaned logits, then (logit - max) / temperature
+  std::vector<float> probs_;          // unnormalized probabilities
+  std::vector<std::uint32_t> order_;  // candidate token ids
+  std::vector<double> buckets_;       // probability mass per log-probability band (top-p)
+};
+
+} // namespace kvlane::actors
