@@ -1,0 +1,549 @@
+#include "ipc/snapshot_store.hpp"
+
+#include "daemon/logging.hpp"
+#include "ipc/checksum.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <iterator>
+#include <string>
+#include <tuple>
+#include <utility>
+
+namespace kvlane::ipc {
+
+namespace {
+
+std::uint64_t round_up(std::uint64_t n, std::uint64_t unit) noexcept {
+  return (n + unit - 1) / unit * unit;
+}
+
+unexpected<store_error> fail(store_errc code, std::string message) {
+  return unexpected(store_error{code, std::move(message)});
+}
+
+unexpected<store_error> stale(snapshot_handle h) {
+  return fail(store_errc::stale, "snapshot " + to_string(h) + " is stale (freed or evicted)");
+}
+
+// The checksum is keyed by the snapshot's identity, so bytes that are intact
+// but filed under another sequence, generation or model do not verify.
+std::uint64_t meta_seed(const snapshot_meta& m) noexcept {
+  const std::array<std::uint64_t, 4> fields{
+    m.model_identity, (std::uint64_t{m.model_index} << 32) | m.cache_len, m.generation,
+    m.sequence_id};
+  return checksum64(std::as_bytes(std::span(fields)));
+}
+
+} // namespace
+
+std::string to_string(snapshot_handle h) {
+  return std::to_string(h.index) + "#" + std::to_string(h.generation);
+}
+
+snapshot_store::snapshot_store(memfd_arena arena, std::uint64_t capacity, std::uint64_t limit,
+                               std::uint64_t granularity)
+  : arena_(std::move(arena)), capacity_(capacity), limit_(limit), granularity_(granularity) {
+  free_.emplace(0, capacity_);
+}
+
+snapshot_store::~snapshot_store() = default;
+
+expected<std::unique_ptr<snapshot_store>, store_error>
+snapshot_store::create(memfd_arena arena, store_options options) {
+  const std::uint64_t gran = options.granularity;
+  if (gran < memfd_arena::page_size() || (gran & (gran - 1)) != 0)
+    return fail(store_errc::invalid_argument,
+                "granularity " + std::to_string(gran)
+                  + " must be a power of two of at least the page size ("
+                  + std::to_string(memfd_arena::page_size()) + ")");
+  const std::uint64_t capacity = arena.size() / gran * gran;
+  if (capacity == 0)
+    return fail(store_errc::invalid_argument, "arena is smaller than one allocation unit");
+  const std::uint64_t limit = options.limit_bytes == 0 ? capacity : options.limit_bytes;
+  if (limit > capacity)
+    return fail(store_errc::invalid_argument,
+                "limit " + std::to_string(limit) + " exceeds the arena ("
+                  + std::to_string(capacity) + " usable bytes)");
+  return std::unique_ptr<snapshot_store>(
+    new snapshot_store(std::move(arena), capacity, limit, gran));
+}
+
+expected<void, store_error> snapshot_store::register_model(std::uint32_t model_index,
+                                                           std::uint64_t floor_bytes,
+                                                           std::uint64_t cap_bytes) {
+  if (cap_bytes != 0 && floor_bytes > cap_bytes)
+    return fail(store_errc::invalid_argument, "model " + std::to_string(model_index)
+                                                + ": floor exceeds cap");
+  std::lock_guard lock(mutex_);
+  std::uint64_t floors = floor_bytes;
+  for (const auto& [index, account] : models_)
+    if (index != model_index)
+      floors += account.floor;
+  if (floors > limit_)
+    return fail(store_errc::invalid_argument,
+                "model " + std::to_string(model_index) + ": floors of all models ("
+                  + std::to_string(floors) + ") exceed the limit (" + std::to_string(limit_) + ")");
+  auto& account = models_[model_index];
+  account.floor = floor_bytes;
+  account.cap = cap_bytes;
+  return {};
+}
+
+expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& meta,
+                                                           std::uint64_t bytes) {
+  if (bytes == 0)
+    return fail(store_errc::invalid_argument, "cannot reserve 0 bytes");
+  if (bytes > capacity_)
+    return fail(store_errc::too_large, std::to_string(bytes) + " bytes exceed the arena");
+  const std::uint64_t need = round_up(bytes, granularity_);
+
+  reservation out;
+  std::vector<extent> limbo; // freed ranges to punch before they rejoin the pool
+  std::vector<extent> tail;  // the new extent's unused end, if it held evicted data
+  {
+    std::lock_guard lock(mutex_);
+    const auto account = models_.find(meta.model_index);
+    if (account == models_.end())
+      return fail(store_errc::invalid_argument,
+                  "model " + std::to_string(meta.model_index) + " is not registered");
+    auto placed = place_locked(meta.model_index, need);
+    if (!placed)
+      return unexpected(std::move(placed).error());
+
+    std::vector<extent> victims;
+    for (const std::uint32_t v : placed->victims) {
+      const entry& e = entries_[v];
+      out.evicted.push_back(evicted_snapshot{snapshot_handle{v, e.generation}, e.meta, e.size});
+      const extent x = detach_locked(v);
+      ++evictions_;
+      evicted_bytes_ += x.size;
+      insert_free(free_, x);
+      victims.push_back(x);
+    }
+    const std::uint64_t lo = placed->offset;
+    const std::uint64_t hi = lo + need;
+    carve_locked(lo, need);
+    // Evicted pages that the new snapshot reuses stay committed: refaulting
+    // them costs more than the dump itself (see docs). The rest is punched
+    // outside the lock, so it stays out of the pool until then.
+    for (const extent& x : victims) {
+      const std::uint64_t end = x.offset + x.size;
+      if (x.offset < lo)
+        limbo.push_back({x.offset, std::min(end, lo) - x.offset});
+      if (end > hi) {
+        const std::uint64_t start = std::max(x.offset, hi);
+        limbo.push_back({start, end - start});
+      }
+    }
+    for (const extent& x : limbo)
+      carve_locked(x.offset, x.size);
+    const std::uint64_t written_end = lo + round_up(bytes, memfd_arena::page_size());
+    if (!victims.empty() && written_end < hi)
+      tail.push_back({written_end, hi - written_end});
+
+    std::uint32_t index = 0;
+    if (!vacant_.empty()) {
+      index = vacant_.back();
+      vacant_.pop_back();
+    } else {
+      index = static_cast<std::uint32_t>(entries_.size());
+      entries_.emplace_back();
+    }
+    entry& e = entries_[index];
+    e.meta = meta;
+    e.offset = lo;
+    e.size = need;
+    e.length = bytes;
+    e.checksum = 0;
+    e.last_use = ++tick_;
+    e.pins = 0;
+    e.readers = 0;
+    e.state = entry_state::writing;
+    e.doomed = false;
+    used_ += need;
+    ++snapshots_;
+    account->second.used += need;
+    ++account->second.snapshots;
+    out.handle = snapshot_handle{index, e.generation};
+    out.bytes = arena_.bytes(lo, bytes);
+  }
+  release_unlocked(tail, false);
+  release_unlocked(limbo, true);
+  return out;
+}
+
+// Placement policy (docs/snapshot-store.md, "Eviction"):
+//  1. If a free extent fits and the limit, the floors of other models and the
+//     cap allow it, take the first fit.
+//  2. Otherwise walk evictable snapshots from least to most valuable, adding
+//     each to a tentative victim set (skipping any that would take another
+//     model below its floor), until the budget holds and the victims plus free
+//     space hold a contiguous run of `need`. Walking in value order means the
+//     most valuable victim is as cheap as it can be.
+//  3. Place first-fit in that simulated free space, then drop again, most
+//     valuable first, every victim that is neither under the placement nor
+//     needed for the budget.
+expected<snapshot_store::placement, store_error>
+snapshot_store::place_locked(std::uint32_t model_index, std::uint64_t need) {
+  const model_account& own = models_.at(model_index);
+  std::uint64_t other_floors = 0;
+  std::uint64_t held_for_others = 0; // free bytes other models' floors still claim
+  for (const auto& [index, account] : models_) {
+    if (index == model_index)
+      continue;
+    other_floors += account.floor;
+    if (account.floor > account.used)
+      held_for_others += account.floor - account.used;
+  }
+  if (own.cap != 0 && need > own.cap)
+    return fail(store_errc::too_large, std::to_string(need) + " bytes exceed the cap of model "
+                                         + std::to_string(model_index));
+  if (need > limit_ - other_floors)
+    return fail(store_errc::too_large,
+                std::to_string(need) + " bytes exceed the limit less other models' floors");
+
+  const auto budget_holds = [&](std::uint64_t freed, std::uint64_t freed_own) {
+    return used_ - freed + need + held_for_others <= limit_
+           && (own.cap == 0 || own.used - freed_own + need <= own.cap);
+  };
+  const auto direct = first_fit(free_, need);
+  if (direct && budget_holds(0, 0))
+    return placement{*direct, {}};
+
+  std::vector<std::uint32_t> candidates;
+  for (std::uint32_t i = 0; i < entries_.size(); ++i) {
+    const entry& e = entries_[i];
+    if (e.state == entry_state::sealed && !e.doomed && e.pins == 0 && e.readers == 0)
+      candidates.push_back(i);
+  }
+  const auto value = [this](std::uint32_t i) {
+    const entry& e = entries_[i];
+    return std::make_tuple(e.meta.priority, !e.meta.retained, e.last_use, i);
+  };
+  std::sort(candidates.begin(), candidates.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return value(a) < value(b); });
+
+  free_map simulated = free_;
+  std::map<std::uint32_t, std::uint64_t> freed_by_model;
+  std::uint64_t freed = 0;
+  std::uint64_t freed_own = 0;
+  bool hole = direct.has_value();
+  bool enough = false;
+  std::vector<std::uint32_t> chosen;
+  for (const std::uint32_t c : candidates) {
+    const entry& e = entries_[c];
+    const std::uint32_t m = e.meta.model_index;
+    if (m != model_index) {
+      const model_account& other = models_.at(m);
+      if (other.used - freed_by_model[m] - e.size < other.floor)
+        continue;
+    }
+    chosen.push_back(c);
+    freed_by_model[m] += e.size;
+    freed += e.size;
+    if (m == model_index)
+      freed_own += e.size;
+    if (insert_free(simulated, extent{e.offset, e.size}) >= need)
+      hole = true;
+    if (hole && budget_holds(freed, freed_own)) {
+      enough = true;
+      break;
+    }
+  }
+  if (!enough)
+    return fail(store_errc::full,
+                "no room for " + std::to_string(need) + " bytes of model "
+                  + std::to_string(model_index) + " (used " + std::to_string(used_) + " of "
+                  + std::to_string(limit_) + ", model used " + std::to_string(own.used)
+                  + ") and not enough evictable snapshots");
+
+  placement p;
+  p.offset = direct ? *direct : *first_fit(simulated, need);
+  const std::uint64_t lo = p.offset;
+  const std::uint64_t hi = lo + need;
+  std::vector<bool> keep(chosen.size(), true);
+  for (std::size_t i = chosen.size(); i-- > 0;) {
+    const entry& e = entries_[chosen[i]];
+    if (e.offset < hi && lo < e.offset + e.size)
+      continue; // under the placement
+    const std::uint64_t own_part = e.meta.model_index == model_index ? e.size : 0;
+    if (budget_holds(freed - e.size, freed_own - own_part)) {
+      keep[i] = false;
+      freed -= e.size;
+      freed_own -= own_part;
+    }
+  }
+  for (std::size_t i = 0; i < chosen.size(); ++i)
+    if (keep[i])
+      p.victims.push_back(chosen[i]);
+  return p;
+}
+
+expected<void, store_error> snapshot_store::seal(snapshot_handle h) {
+  std::span<const std::byte> data;
+  std::uint64_t seed = 0;
+  {
+    std::lock_guard lock(mutex_);
+    entry* e = find_locked(h);
+    if (e == nullptr)
+      return stale(h);
+    if (e->state != entry_state::writing)
+      return fail(store_errc::invalid_argument,
+                  "snapshot " + to_string(h) + " is not being written (sealed twice?)");
+    e->state = entry_state::sealing;
+    ++e->readers;
+    data = arena_.bytes(e->offset, e->length);
+    seed = meta_seed(e->meta);
+  }
+  const std::uint64_t sum = checksum64(data, seed);
+  std::vector<extent> released;
+  bool freed_meanwhile = false;
+  {
+    std::lock_guard lock(mutex_);
+    entry& e = entries_[h.index];
+    freed_meanwhile = e.doomed;
+    if (!freed_meanwhile) {
+      e.checksum = sum;
+      e.state = entry_state::sealed;
+      e.last_use = ++tick_;
+    }
+    end_read_locked(h.index, released);
+  }
+  release_unlocked(released, true);
+  if (freed_meanwhile)
+    return stale(h);
+  return {};
+}
+
+expected<void, store_error> snapshot_store::verify(snapshot_handle h,
+                                                   std::optional<std::uint64_t> expected_generation) {
+  std::span<const std::byte> data;
+  std::uint64_t seed = 0;
+  std::uint64_t stored = 0;
+  {
+    std::lock_guard lock(mutex_);
+    entry* e = find_locked(h);
+    if (e == nullptr)
+      return stale(h);
+    if (e->state != entry_state::sealed)
+      return fail(store_errc::invalid_argument, "snapshot " + to_string(h) + " is not sealed");
+    if (expected_generation && *expected_generation != e->meta.generation)
+      return fail(store_errc::corrupt, "snapshot " + to_string(h) + " has generation "
+                                         + std::to_string(e->meta.generation) + ", expected "
+                                         + std::to_string(*expected_generation));
+    ++e->readers;
+    data = arena_.bytes(e->offset, e->length);
+    seed = meta_seed(e->meta);
+    stored = e->checksum;
+  }
+  const std::uint64_t sum = checksum64(data, seed);
+  std::vector<extent> released;
+  bool freed_meanwhile = false;
+  {
+    std::lock_guard lock(mutex_);
+    freed_meanwhile = entries_[h.index].doomed;
+    end_read_locked(h.index, released);
+  }
+  release_unlocked(released, true);
+  if (freed_meanwhile)
+    return stale(h);
+  if (sum != stored)
+    return fail(store_errc::corrupt, "snapshot " + to_string(h) + ": checksum mismatch");
+  return {};
+}
+
+expected<std::span<const std::byte>, store_error> snapshot_store::read(snapshot_handle h) const {
+  std::lock_guard lock(mutex_);
+  const entry* e = find_locked(h);
+  if (e == nullptr)
+    return stale(h);
+  if (e->state != entry_state::sealed)
+    return fail(store_errc::invalid_argument, "snapshot " + to_string(h) + " is not sealed");
+  return std::span<const std::byte>(arena_.bytes(e->offset, e->length));
+}
+
+expected<snapshot_meta, store_error> snapshot_store::meta(snapshot_handle h) const {
+  std::lock_guard lock(mutex_);
+  const entry* e = find_locked(h);
+  if (e == nullptr)
+    return stale(h);
+  return e->meta;
+}
+
+expected<void, store_error> snapshot_store::pin(snapshot_handle h) {
+  std::lock_guard lock(mutex_);
+  entry* e = find_locked(h);
+  if (e == nullptr)
+    return stale(h);
+  if (e->state != entry_state::sealed)
+    return fail(store_errc::invalid_argument, "snapshot " + to_string(h) + " is not sealed");
+  ++e->pins;
+  e->last_use = ++tick_;
+  return {};
+}
+
+expected<void, store_error> snapshot_store::unpin(snapshot_handle h) {
+  std::vector<extent> released;
+  {
+    std::lock_guard lock(mutex_);
+    // A doomed snapshot's handle is stale for everything but unpin().
+    if (h.index >= entries_.size() || entries_[h.index].state == entry_state::vacant
+        || entries_[h.index].generation != h.generation)
+      return stale(h);
+    entry& e = entries_[h.index];
+    if (e.pins == 0)
+      return fail(store_errc::invalid_argument, "snapshot " + to_string(h) + " is not pinned");
+    --e.pins;
+    if (e.doomed && e.pins == 0 && e.readers == 0)
+      released.push_back(detach_locked(h.index));
+  }
+  release_unlocked(released, true);
+  return {};
+}
+
+expected<void, store_error> snapshot_store::free(snapshot_handle h) {
+  std::vector<extent> released;
+  {
+    std::lock_guard lock(mutex_);
+    entry* e = find_locked(h);
+    if (e == nullptr)
+      return stale(h);
+    if (e->pins > 0 || e->readers > 0)
+      e->doomed = true;
+    else
+      released.push_back(detach_locked(h.index));
+  }
+  release_unlocked(released, true);
+  return {};
+}
+
+store_stats snapshot_store::stats() const {
+  store_stats s;
+  {
+    std::lock_guard lock(mutex_);
+    s.limit_bytes = limit_;
+    s.arena_bytes = capacity_;
+    s.used_bytes = used_;
+    s.snapshots = snapshots_;
+    s.evictions = evictions_;
+    s.evicted_bytes = evicted_bytes_;
+    s.release_failures = release_failures_;
+    for (const auto& [offset, size] : free_)
+      s.largest_free_bytes = std::max(s.largest_free_bytes, size);
+    for (const auto& [index, account] : models_)
+      s.models.push_back(
+        model_usage{index, account.floor, account.cap, account.used, account.snapshots});
+  }
+  // fstat of our own memfd cannot fail short of a kernel bug; 0 keeps stats total.
+  const auto committed = arena_.committed_bytes();
+  s.committed_bytes = committed ? *committed : 0;
+  return s;
+}
+
+snapshot_store::entry* snapshot_store::find_locked(snapshot_handle h) {
+  return const_cast<entry*>(std::as_const(*this).find_locked(h));
+}
+
+const snapshot_store::entry* snapshot_store::find_locked(snapshot_handle h) const {
+  if (h.index >= entries_.size())
+    return nullptr;
+  const entry& e = entries_[h.index];
+  if (e.state == entry_state::vacant || e.generation != h.generation || e.doomed)
+    return nullptr;
+  return &e;
+}
+
+snapshot_store::extent snapshot_store::detach_locked(std::uint32_t index) {
+  entry& e = entries_[index];
+  model_account& account = models_.at(e.meta.model_index);
+  account.used -= e.size;
+  --account.snapshots;
+  used_ -= e.size;
+  --snapshots_;
+  const extent x{e.offset, e.size};
+  e.state = entry_state::vacant;
+  e.doomed = false;
+  e.pins = 0;
+  e.readers = 0;
+  if (++e.generation == 0) // 0 never names a snapshot
+    e.generation = 1;
+  vacant_.push_back(index);
+  return x;
+}
+
+void snapshot_store::end_read_locked(std::uint32_t index, std::vector<extent>& released) {
+  entry& e = entries_[index];
+  --e.readers;
+  if (e.doomed && e.pins == 0 && e.readers == 0)
+    released.push_back(detach_locked(index));
+}
+
+void snapshot_store::carve_locked(std::uint64_t offset, std::uint64_t size) {
+  auto it = free_.upper_bound(offset);
+  assert(it != free_.begin());
+  --it;
+  const std::uint64_t start = it->first;
+  const std::uint64_t end = it->first + it->second;
+  assert(start <= offset && offset + size <= end);
+  free_.erase(it);
+  if (offset > start)
+    free_.emplace(start, offset - start);
+  if (offset + size < end)
+    free_.emplace(offset + size, end - offset - size);
+}
+
+// Punching happens without the lock (it takes milliseconds for tens of MiB);
+// the ranges are in nobody's hands meanwhile, and rejoin the pool only after,
+// so no new snapshot can be handed pages that are about to vanish.
+void snapshot_store::release_unlocked(const std::vector<extent>& ranges, bool return_to_pool) {
+  if (ranges.empty())
+    return;
+  std::uint64_t failures = 0;
+  for (const extent& x : ranges) {
+    if (auto r = arena_.release(x.offset, x.size); !r) {
+      ++failures;
+      daemon::logging::get("store")->error("returning {} bytes at offset {} to the OS failed: {}",
+                                           x.size, x.offset, r.error().message);
+    }
+  }
+  if (!return_to_pool && failures == 0)
+    return;
+  std::lock_guard lock(mutex_);
+  release_failures_ += failures;
+  if (return_to_pool)
+    for (const extent& x : ranges)
+      insert_free(free_, x);
+}
+
+std::uint64_t snapshot_store::insert_free(free_map& map, extent x) {
+  std::uint64_t offset = x.offset;
+  std::uint64_t size = x.size;
+  auto next = map.lower_bound(offset);
+  if (next != map.begin()) {
+    const auto prev = std::prev(next);
+    assert(prev->first + prev->second <= offset);
+    if (prev->first + prev->second == offset) {
+      offset = prev->first;
+      size += prev->second;
+      map.erase(prev);
+    }
+  }
+  assert(next == map.end() || offset + size <= next->first);
+  if (next != map.end() && offset + size == next->first) {
+    size += next->second;
+    map.erase(next);
+  }
+  map.emplace(offset, size);
+  return size;
+}
+
+std::optional<std::uint64_t> snapshot_store::first_fit(const free_map& map, std::uint64_t need) {
+  for (const auto& [offset, size] : map)
+    if (size >= need)
+      return offset;
+  return std::nullopt;
+}
+
+} // namespace kvlane::ipc

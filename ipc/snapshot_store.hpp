@@ -1,0 +1,226 @@
+#pragma once
+
+// kvlane::ipc::snapshot_store — host store for parked KV snapshots.
+//
+// Problem it solves: the scheduler preempts sequences by dumping their slot's
+// KV into host memory and loading it back later. The store hands out
+// writable ranges of one elastic memfd arena (the transfer lane dumps straight
+// into them, no extra copy), seals them with a checksum, shares one memory
+// limit between all models with a per-model floor and cap, and, when full,
+// evicts the least valuable parked snapshots and reports them so their
+// sequences can be marked "dropped -> recompute". RAM follows live data:
+// freed and evicted ranges are punched out of the memfd at once.
+// Design notes: docs/snapshot-store.md.
+//
+// Lifecycle of a snapshot:
+//   reserve() -> writing: the caller owns the bytes and fills them
+//   seal()    -> sealed: checksummed, readable, evictable unless pinned
+//   free(), or eviction by a later reserve() -> the handle goes stale
+//
+// Thread contract:
+//  - Every method is thread-safe. One internal mutex guards metadata only; it
+//    is never held while snapshot bytes are hashed or while pages are punched.
+//  - The bytes of a `writing` snapshot are written by the one owner of its
+//    handle, who then seals it. Sealed bytes are never written again.
+//  - A sealed snapshot may be evicted by any other thread's reserve() unless
+//    it is pinned: pin() before read()/load, unpin() after. A span from read()
+//    stays valid while the snapshot is pinned (or until free/eviction if not).
+//  - free() on a pinned snapshot makes the handle stale at once; the bytes
+//    stay valid for the pinner and go back to the pool at the last unpin().
+//  - Errors are values; no method throws except std::bad_alloc.
+
+#include "common/expected.hpp"
+#include "ipc/memfd_arena.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvlane::ipc {
+
+/// What a snapshot is; stored beside the bytes and seeded into the checksum.
+struct snapshot_meta {
+  std::uint64_t model_identity = 0; ///< backend_info::identity of the model that dumped it
+  std::uint32_t model_index = 0;    ///< which registered model it is charged to
+  std::uint32_t cache_len = 0;      ///< tokens the snapshot covers
+  std::uint64_t generation = 0;     ///< the sequence's KV generation when dumped
+  std::uint64_t sequence_id = 0;    ///< sequence (or retained conversation) it belongs to
+  std::uint8_t priority = 0;        ///< higher is more valuable; the lowest is evicted first
+  bool retained = false;            ///< a finished conversation kept as a reusable prefix,
+                                    ///< evicted before parked snapshots of equal priority
+};
+
+/// Names one snapshot: a small value, copy it freely. Once the snapshot is
+/// freed or evicted every call with the handle answers store_errc::stale.
+struct snapshot_handle {
+  std::uint32_t index = 0;
+  std::uint32_t generation = 0; ///< 0 never names a snapshot
+  friend bool operator==(const snapshot_handle&, const snapshot_handle&) = default;
+};
+
+/// A snapshot dropped to make room. Its sequence must recompute.
+struct evicted_snapshot {
+  snapshot_handle handle;
+  snapshot_meta meta;
+  std::uint64_t bytes = 0; ///< bytes charged (rounded to the granularity)
+};
+
+struct reservation {
+  snapshot_handle handle;
+  std::span<std::byte> bytes;            ///< exactly the requested size; contents unspecified
+  std::vector<evicted_snapshot> evicted; ///< snapshots evicted to make room, lowest first
+};
+
+struct store_options {
+  std::uint64_t limit_bytes = 0;         ///< most bytes reserved at once; 0 = the arena size
+  std::uint64_t granularity = 64 * 1024; ///< allocation unit: power of two, >= the OS page
+};
+
+struct model_usage {
+  std::uint32_t model_index = 0;
+  std::uint64_t floor_bytes = 0;
+  std::uint64_t cap_bytes = 0; ///< 0 = no cap
+  std::uint64_t used_bytes = 0;
+  std::uint64_t snapshots = 0;
+};
+
+struct store_stats {
+  std::uint64_t limit_bytes = 0;
+  std::uint64_t arena_bytes = 0;
+  std::uint64_t used_bytes = 0;      ///< reserved, rounded to the granularity
+  std::uint64_t committed_bytes = 0; ///< RAM the kernel really holds for the arena
+  std::uint64_t largest_free_bytes = 0;
+  std::uint64_t snapshots = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t evicted_bytes = 0;
+  std::uint64_t release_failures = 0; ///< punch-hole failures (pages stayed committed)
+  std::vector<model_usage> models;    ///< by model_index
+};
+
+class snapshot_store {
+public:
+  /// A store over `arena`. Fails with invalid_argument on a bad granularity
+  /// or a limit larger than the arena.
+  static expected<std::unique_ptr<snapshot_store>, store_error> create(memfd_arena arena,
+                                                                       store_options options = {});
+
+  snapshot_store(const snapshot_store&) = delete;
+  snapshot_store& operator=(const snapshot_store&) = delete;
+  ~snapshot_store();
+
+  /// Declares a model (again: updates it). floor_bytes are kept available to
+  /// it whatever other models do; cap_bytes bounds what it holds (0 = none).
+  /// The floors of all models must fit in the limit.
+  expected<void, store_error> register_model(std::uint32_t model_index, std::uint64_t floor_bytes,
+                                             std::uint64_t cap_bytes);
+
+  /// Reserves `bytes` for a snapshot of meta.model_index, evicting sealed,
+  /// unpinned snapshots (lowest priority, then retained, then least recently
+  /// used) if the limit or the model's cap requires it, never taking another
+  /// model below its floor. Nothing is evicted when the request fails.
+  expected<reservation, store_error> reserve(const snapshot_meta& meta, std::uint64_t bytes);
+
+  /// Checksums a written snapshot; it becomes readable and evictable.
+  expected<void, store_error> seal(snapshot_handle h);
+
+  /// Recomputes the checksum (and, if given, checks the generation):
+  /// corrupt on any mismatch.
+  expected<void, store_error> verify(snapshot_handle h,
+                                     std::optional<std::uint64_t> expected_generation = std::nullopt);
+
+  /// The sealed bytes. Pin first if another thread may reserve meanwhile.
+  expected<std::span<const std::byte>, store_error> read(snapshot_handle h) const;
+
+  expected<snapshot_meta, store_error> meta(snapshot_handle h) const;
+
+  /// Protects a sealed snapshot from eviction (counted: pin twice, unpin twice).
+  expected<void, store_error> pin(snapshot_handle h);
+  expected<void, store_error> unpin(snapshot_handle h);
+
+  /// Drops a snapshot in any state: its pages go back to the OS at once
+  /// (after the last unpin if it is pinned) and the handle goes stale.
+  expected<void, store_error> free(snapshot_handle h);
+
+  store_stats stats() const;
+
+  /// The arena's memfd (for clients or zero-copy I/O later).
+  int fd() const noexcept { return arena_.fd(); }
+  std::uint64_t granularity() const noexcept { return granularity_; }
+  std::uint64_t limit() const noexcept { return limit_; }
+
+private:
+  enum class entry_state : std::uint8_t { vacant, writing, sealing, sealed };
+
+  struct entry {
+    snapshot_meta meta;
+    std::uint64_t offset = 0;
+    std::uint64_t size = 0;   // charged bytes, a multiple of the granularity
+    std::uint64_t length = 0; // requested bytes
+    std::uint64_t checksum = 0;
+    std::uint64_t last_use = 0;
+    std::uint32_t generation = 1;
+    std::uint32_t pins = 0;    // caller pins
+    std::uint32_t readers = 0; // seal()/verify() hashing outside the lock
+    entry_state state = entry_state::vacant;
+    bool doomed = false; // freed while pinned or hashed: released at the last unpin
+  };
+
+  struct model_account {
+    std::uint64_t floor = 0;
+    std::uint64_t cap = 0;
+    std::uint64_t used = 0;
+    std::uint64_t snapshots = 0;
+  };
+
+  struct extent {
+    std::uint64_t offset = 0;
+    std::uint64_t size = 0;
+  };
+
+  struct placement {
+    std::uint64_t offset = 0;
+    std::vector<std::uint32_t> victims; // entry indices, in eviction order
+  };
+
+  using free_map = std::map<std::uint64_t, std::uint64_t>; // offset -> size, coalesced
+
+  snapshot_store(memfd_arena arena, std::uint64_t capacity, std::uint64_t limit,
+                 std::uint64_t granularity);
+
+  entry* find_locked(snapshot_handle h);
+  const entry* find_locked(snapshot_handle h) const;
+  expected<placement, store_error> place_locked(std::uint32_t model_index, std::uint64_t need);
+  extent detach_locked(std::uint32_t index);
+  void carve_locked(std::uint64_t offset, std::uint64_t size);
+  void end_read_locked(std::uint32_t index, std::vector<extent>& released);
+  void release_unlocked(const std::vector<extent>& ranges, bool return_to_pool);
+  static std::uint64_t insert_free(free_map& map, extent x);
+  static std::optional<std::uint64_t> first_fit(const free_map& map, std::uint64_t need);
+
+  mutable std::mutex mutex_;
+  memfd_arena arena_;
+  std::uint64_t capacity_;    // arena size rounded down to the granularity
+  std::uint64_t limit_;
+  std::uint64_t granularity_;
+  std::vector<entry> entries_;
+  std::vector<std::uint32_t> vacant_;
+  free_map free_;
+  std::map<std::uint32_t, model_account> models_;
+  std::uint64_t used_ = 0;
+  std::uint64_t snapshots_ = 0;
+  std::uint64_t tick_ = 0;
+  std::uint64_t evictions_ = 0;
+  std::uint64_t evicted_bytes_ = 0;
+  std::uint64_t release_failures_ = 0;
+};
+
+/// "<index>#<generation>", for logs and error messages.
+std::string to_string(snapshot_handle h);
+
+} // namespace kvlane::ipc
