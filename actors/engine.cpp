@@ -110,7 +110,8 @@ const model_entry* engine::find_model(std::string_view name) const noexcept {
   return nullptr;
 }
 
-expected<std::shared_ptr<token_stream>, submit_error> engine::submit(submit_request req) {
+expected<std::pair<const model_entry*, submission_ptr>, submit_error>
+engine::prepare(submit_request& req) {
   auto fail = [](submit_errc code, std::string msg) {
     return unexpected(submit_error{code, std::move(msg)});
   };
@@ -163,10 +164,35 @@ expected<std::shared_ptr<token_stream>, submit_error> engine::submit(submit_requ
   sub->client = std::move(req.client);
   sub->priority = req.priority;
   sub->sampling = std::move(req.sampling);
+  return std::pair{m, std::move(sub)};
+}
+
+expected<std::shared_ptr<token_stream>, submit_error> engine::submit(submit_request req) {
+  auto p = prepare(req);
+  if (!p)
+    return unexpected(std::move(p).error());
+  auto [m, sub] = std::move(*p);
   auto stream = std::make_shared<token_stream>(sub->id, m->name, m->scheduler);
   sub->session = spawn_session(sys_, stream, std::chrono::steady_clock::now());
   caf::anon_send(m->scheduler, submit_atom::value, std::move(sub));
   return stream;
+}
+
+expected<seq_id, submit_error> engine::submit(submit_request req,
+                                              std::shared_ptr<stream_sink> sink) {
+  auto p = prepare(req);
+  if (!p)
+    return unexpected(std::move(p).error());
+  auto [m, sub] = std::move(*p);
+  auto id = sub->id;
+  sub->session = spawn_session(sys_, std::move(sink), std::chrono::steady_clock::now());
+  caf::anon_send(m->scheduler, submit_atom::value, std::move(sub));
+  return id;
+}
+
+void engine::cancel(std::string_view model, seq_id id) {
+  if (auto* m = find_model(model))
+    caf::anon_send(m->scheduler, cancel_atom::value, id);
 }
 
 void engine::shutdown(std::string_view why) {

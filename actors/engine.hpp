@@ -64,7 +64,15 @@ public:
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
 
+  /// Submits a request whose tokens go to a token_stream (returned).
   expected<std::shared_ptr<token_stream>, submit_error> submit(submit_request req);
+
+  /// Submits a request whose tokens go to `sink` (called from an actor
+  /// thread; must not block). Returns the sequence id, for cancel().
+  expected<seq_id, submit_error> submit(submit_request req, std::shared_ptr<stream_sink> sink);
+
+  /// Cancels a sequence of `model`; unknown ids are ignored. Returns at once.
+  void cancel(std::string_view model, seq_id id);
 
   /// Ends every stream (reason cancelled, `why`), frees slots and snapshots,
   /// and stops the schedulers and lanes. Idempotent.
@@ -81,6 +89,10 @@ public:
 
 private:
   engine(caf::actor_system& sys, std::shared_ptr<ipc::snapshot_store> store);
+
+  /// Validates `req` into a submission for the returned model.
+  expected<std::pair<const model_entry*, submission_ptr>, submit_error>
+  prepare(submit_request& req);
 
   caf::actor_system& sys_;
   std::shared_ptr<ipc::snapshot_store> store_;

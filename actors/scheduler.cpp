@@ -633,7 +633,6 @@ private:
       drop_kv(s);
       return;
     }
-    st_.stats.snapshots_lost += r->evicted.size();
     ++st_.stats.swaps;
     ++s.generation;
     set_state(s, seq_state::dumping);
