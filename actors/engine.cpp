@@ -29,6 +29,7 @@ std::string_view to_string(submit_errc e) noexcept {
     case submit_errc::unknown_model: return "unknown_model";
     case submit_errc::invalid_request: return "invalid_request";
     case submit_errc::too_long: return "too_long";
+    case submit_errc::draining: return "draining";
     case submit_errc::shutting_down: return "shutting_down";
   }
   return "unknown";
@@ -43,7 +44,8 @@ engine::~engine() {
 
 expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system& sys,
                                                               const daemon::config& cfg,
-                                                              scheduler_observer observer) {
+                                                              scheduler_observer observer,
+                                                              completion_hook on_complete) {
   const bool ideal = cfg.scheduler.mode == daemon::scheduler_mode::ideal;
   for (auto& m : cfg.models)
     if (ideal && m.backend != "sim")
@@ -62,6 +64,7 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
   std::shared_ptr<ipc::snapshot_store> shared_store{std::move(*store)};
 
   std::unique_ptr<engine> self{new engine(sys, shared_store)};
+  self->on_complete_ = std::move(on_complete);
   auto log = daemon::logging::get("backend");
   for (std::uint32_t i = 0; i < cfg.models.size(); ++i) {
     const auto& m = cfg.models[i];
@@ -117,6 +120,8 @@ engine::prepare(submit_request& req) {
   };
   if (stopped_)
     return fail(submit_errc::shutting_down, "the daemon is shutting down");
+  if (!admitting_)
+    return fail(submit_errc::draining, "the daemon is draining and admits no new requests");
   auto* m = find_model(req.model);
   if (!m) {
     std::string known;
@@ -173,7 +178,7 @@ expected<std::shared_ptr<token_stream>, submit_error> engine::submit(submit_requ
     return unexpected(std::move(p).error());
   auto [m, sub] = std::move(*p);
   auto stream = std::make_shared<token_stream>(sub->id, m->name, m->scheduler);
-  sub->session = spawn_session(sys_, stream, std::chrono::steady_clock::now());
+  sub->session = spawn_session(sys_, stream, std::chrono::steady_clock::now(), end_hook_for(*m, *sub));
   caf::anon_send(m->scheduler, submit_atom::value, std::move(sub));
   return stream;
 }
@@ -185,7 +190,8 @@ expected<seq_id, submit_error> engine::submit(submit_request req,
     return unexpected(std::move(p).error());
   auto [m, sub] = std::move(*p);
   auto id = sub->id;
-  sub->session = spawn_session(sys_, std::move(sink), std::chrono::steady_clock::now());
+  sub->session =
+    spawn_session(sys_, std::move(sink), std::chrono::steady_clock::now(), end_hook_for(*m, *sub));
   caf::anon_send(m->scheduler, submit_atom::value, std::move(sub));
   return id;
 }
@@ -193,6 +199,41 @@ expected<seq_id, submit_error> engine::submit(submit_request req,
 void engine::cancel(std::string_view model, seq_id id) {
   if (auto* m = find_model(model))
     caf::anon_send(m->scheduler, cancel_atom::value, id);
+}
+
+bool engine::cancel(seq_id id, std::chrono::milliseconds timeout) {
+  for (auto& s : list(timeout))
+    if (s.id == id) {
+      cancel(s.model, id);
+      return true;
+    }
+  return false;
+}
+
+std::vector<sequence_info> engine::list(std::chrono::milliseconds timeout) const {
+  std::vector<sequence_info> out;
+  caf::scoped_actor self{sys_};
+  for (auto& m : models_)
+    self->request(m.scheduler, timeout, list_atom::value)
+      .receive([&](sequence_list_ptr l) { out.insert(out.end(), l->begin(), l->end()); },
+               [](caf::error&) {});
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  return out;
+}
+
+end_hook engine::end_hook_for(const model_entry& m, const submission& sub) const {
+  if (!on_complete_)
+    return {};
+  return [hook = on_complete_, model = m.name, client = sub.client, id = sub.id,
+          priority = sub.priority](const stream_end& end) {
+    completion c;
+    c.model = model;
+    c.client = client;
+    c.id = id;
+    c.priority = priority;
+    c.end = &end;
+    hook(c);
+  };
 }
 
 void engine::shutdown(std::string_view why) {

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -37,13 +38,31 @@ struct submit_request {
   bool stop_at_eos = true; ///< add the model's EOS token to the stop tokens
 };
 
-enum class submit_errc : std::uint8_t { unknown_model, invalid_request, too_long, shutting_down };
+enum class submit_errc : std::uint8_t {
+  unknown_model,
+  invalid_request,
+  too_long,
+  draining,      ///< not admitting new requests (kvlane drain, SIGTERM grace)
+  shutting_down,
+};
 std::string_view to_string(submit_errc e) noexcept;
 
 struct submit_error {
   submit_errc code = submit_errc::invalid_request;
   std::string message;
 };
+
+/// One finished request, for metrics and the completion log line.
+struct completion {
+  std::string_view model;
+  std::string_view client;
+  seq_id id = 0;
+  priority_class priority = priority_class::interactive;
+  const stream_end* end = nullptr;
+};
+
+/// Called from an actor thread when a request ends; must not block.
+using completion_hook = std::function<void(const completion&)>;
 
 struct model_entry {
   std::string name;
@@ -59,7 +78,8 @@ public:
   /// `ideal` every model must use the sim, whose transfer times are zeroed.
   static expected<std::unique_ptr<engine>, std::string> create(caf::actor_system& sys,
                                                                const daemon::config& cfg,
-                                                               scheduler_observer observer = {});
+                                                               scheduler_observer observer = {},
+                                                               completion_hook on_complete = {});
   ~engine();
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -73,6 +93,16 @@ public:
 
   /// Cancels a sequence of `model`; unknown ids are ignored. Returns at once.
   void cancel(std::string_view model, seq_id id);
+
+  /// Cancels a sequence of any model. Returns false if no model has it.
+  bool cancel(seq_id id, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  /// Stops (false) or resumes (true) admitting new requests; running ones go on.
+  void set_admitting(bool admitting) noexcept { admitting_ = admitting; }
+  bool admitting() const noexcept { return admitting_; }
+
+  /// Every live sequence of every model, by id.
+  std::vector<sequence_info> list(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
 
   /// Ends every stream (reason cancelled, `why`), frees slots and snapshots,
   /// and stops the schedulers and lanes. Idempotent.
@@ -90,6 +120,8 @@ public:
 private:
   engine(caf::actor_system& sys, std::shared_ptr<ipc::snapshot_store> store);
 
+  end_hook end_hook_for(const model_entry& m, const submission& sub) const;
+
   /// Validates `req` into a submission for the returned model.
   expected<std::pair<const model_entry*, submission_ptr>, submit_error>
   prepare(submit_request& req);
@@ -99,6 +131,8 @@ private:
   std::vector<model_entry> models_;
   std::atomic<seq_id> next_id_{1};
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> admitting_{true};
+  completion_hook on_complete_;
 };
 
 } // namespace kvlane::actors

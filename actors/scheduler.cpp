@@ -32,6 +32,17 @@ enum class seq_state : std::uint8_t {
   loading,
 };
 
+seq_phase phase_of(seq_state s) {
+  switch (s) {
+    case seq_state::waiting: return seq_phase::queued;
+    case seq_state::resident: return seq_phase::resident;
+    case seq_state::dumping: return seq_phase::dumping;
+    case seq_state::parked: return seq_phase::parked;
+    case seq_state::loading: return seq_phase::loading;
+  }
+  return seq_phase::queued;
+}
+
 struct sequence {
   seq_id id = 0;
   std::string client;
@@ -54,6 +65,7 @@ struct sequence {
   std::uint64_t waited_steps = 0;
   std::uint32_t step_failures = 0;
   std::uint32_t preemptions = 0;
+  std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
 
   explicit sequence(const submission& s)
     : id(s.id), client(s.client), cls(s.priority), tokens(s.prompt),
@@ -227,6 +239,7 @@ public:
     auto* s = find(done.job.seq);
     auto* store = st_.setup.store.get();
 
+    (done.job.kind == transfer_kind::dump ? st_.stats.dump_ms_total : st_.stats.load_ms_total) += ms;
     if (done.job.kind == transfer_kind::dump) {
       ++st_.stats.dumps;
       if (!s) {
@@ -302,6 +315,29 @@ public:
         st_.seqs.erase(id);
       }
     }
+  }
+
+  std::vector<sequence_info> list() const {
+    std::vector<sequence_info> out;
+    auto now = clock::now();
+    for (auto& [id, s] : st_.seqs) {
+      if (s->cancelled)
+        continue;
+      sequence_info i;
+      i.id = id;
+      i.client = s->client;
+      i.model = st_.setup.model;
+      i.priority = s->cls;
+      i.phase = phase_of(s->state);
+      i.tokens_in = s->prompt_len;
+      i.tokens_out = s->generated;
+      i.level = s->level;
+      i.preemptions = s->preemptions;
+      i.age_ms = ms_between(s->arrived, now);
+      out.push_back(std::move(i));
+    }
+    std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.id < b.id; });
+    return out;
   }
 
   scheduler_stats snapshot_stats() const {
@@ -422,10 +458,7 @@ private:
 
   void set_state(sequence& s, seq_state state) {
     s.state = state;
-    static constexpr seq_phase phases[] = {seq_phase::queued, seq_phase::resident,
-                                           seq_phase::dumping, seq_phase::parked,
-                                           seq_phase::loading};
-    notify(s, phases[static_cast<int>(state)]);
+    notify(s, phase_of(state));
   }
 
   void release_slot(sequence& s) {
@@ -797,6 +830,9 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
     [self](cancel_atom, seq_id id) { scheduler_logic{self}.on_cancel(id, "cancelled"); },
     [self](stats_atom) -> scheduler_stats_ptr {
       return std::make_shared<const scheduler_stats>(scheduler_logic{self}.snapshot_stats());
+    },
+    [self](list_atom) -> sequence_list_ptr {
+      return std::make_shared<const std::vector<sequence_info>>(scheduler_logic{self}.list());
     },
     [self](shutdown_atom, std::string why) -> bool {
       scheduler_logic{self}.on_shutdown(why);

@@ -77,12 +77,29 @@ struct scheduler_stats {
   std::uint64_t step_failures = 0, dump_failures = 0, load_failures = 0;
   double step_busy_ms = 0;     ///< compute lane busy in steps
   double transfer_ms = 0;      ///< transfer time in total
+  double dump_ms_total = 0, load_ms_total = 0;
   double transfer_hidden_ms = 0; ///< transfer time during which a step ran
   double step_base_ms = 0, step_per_token_ms = 0; ///< cost model (0 = not yet known)
   double dump_ms = 0, load_ms = 0; ///< cost model for one full snapshot (0 = not yet known)
 };
 
 using scheduler_stats_ptr = std::shared_ptr<const scheduler_stats>;
+
+/// One live sequence, for `kvlane ps`.
+struct sequence_info {
+  seq_id id = 0;
+  std::string client;
+  std::string model;
+  priority_class priority = priority_class::interactive;
+  seq_phase phase = seq_phase::queued;
+  std::uint32_t tokens_in = 0;  ///< prompt tokens
+  std::uint32_t tokens_out = 0; ///< generated so far
+  std::uint32_t level = 0;      ///< MLFQ level
+  std::uint32_t preemptions = 0;
+  double age_ms = 0;            ///< since the scheduler received it
+};
+using sequence_list_ptr = std::shared_ptr<const std::vector<sequence_info>>;
+using list_atom = caf::atom_constant<caf::atom("list")>;
 
 /// Spawns the scheduler with its compute and transfer lanes (linked: they
 /// stop with it).
@@ -95,3 +112,4 @@ using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 } // namespace kvlane::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::scheduler_stats_ptr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::sequence_list_ptr)

@@ -14,6 +14,7 @@ using clock = std::chrono::steady_clock;
 struct session_state {
   static inline const char* name = "session";
   std::shared_ptr<stream_sink> sink;
+  end_hook on_end;
   clock::time_point submitted;
   clock::time_point first_token;
   clock::time_point last_token;
@@ -25,8 +26,10 @@ double ms_between(clock::time_point a, clock::time_point b) {
 }
 
 caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
-                               std::shared_ptr<stream_sink> sink, clock::time_point submitted) {
+                               std::shared_ptr<stream_sink> sink, clock::time_point submitted,
+                               end_hook on_end) {
   self->state.sink = std::move(sink);
+  self->state.on_end = std::move(on_end);
   self->state.submitted = submitted;
   self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
     try {
@@ -58,6 +61,8 @@ caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
           end.tpot_ms = ms_between(st.first_token, st.last_token) / double(st.delivered - 1);
       }
       st.sink->on_end(end);
+      if (st.on_end)
+        st.on_end(end);
       self->quit();
     },
   };
@@ -66,8 +71,8 @@ caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
 } // namespace
 
 caf::actor spawn_session(caf::actor_system& sys, std::shared_ptr<stream_sink> sink,
-                         clock::time_point submitted) {
-  return sys.spawn(session_behavior, std::move(sink), submitted);
+                         clock::time_point submitted, end_hook on_end) {
+  return sys.spawn(session_behavior, std::move(sink), submitted, std::move(on_end));
 }
 
 } // namespace kvlane::actors

@@ -18,6 +18,7 @@
 #include <caf/actor_system.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -30,8 +31,12 @@ public:
   virtual void on_end(const stream_end& end) = 0;
 };
 
+/// Called once per request when its stream ends, with the completed timings.
+using end_hook = std::function<void(const stream_end&)>;
+
 /// Spawns a session delivering to `sink`; timings count from `submitted`.
+/// `on_end` (optional) runs after the sink's on_end.
 caf::actor spawn_session(caf::actor_system& sys, std::shared_ptr<stream_sink> sink,
-                         std::chrono::steady_clock::time_point submitted);
+                         std::chrono::steady_clock::time_point submitted, end_hook on_end = {});
 
 } // namespace kvlane::actors

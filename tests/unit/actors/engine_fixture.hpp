@@ -93,9 +93,9 @@ private:
 /// An actor system plus an engine on `cfg`.
 class engine_fixture {
 public:
-  explicit engine_fixture(const daemon::config& cfg)
+  explicit engine_fixture(const daemon::config& cfg, actors::completion_hook on_complete = {})
     : system_(configure(caf_cfg_, cfg.daemon.worker_threads)) {
-    auto e = actors::engine::create(system_, cfg, log.observer());
+    auto e = actors::engine::create(system_, cfg, log.observer(), std::move(on_complete));
     REQUIRE_MESSAGE(e.has_value(), (e ? std::string{} : e.error()));
     engine = std::move(*e);
   }

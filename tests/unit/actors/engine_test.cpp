@@ -1,0 +1,108 @@
+// The engine's operations surface: listing, cancel by id, draining, the
+// completion hook.
+#include "tests/unit/actors/engine_fixture.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+
+using namespace kvlane;
+using namespace std::chrono_literals;
+using actors::end_reason;
+using actors::seq_phase;
+using daemon::scheduler_mode;
+using test::engine_fixture;
+
+namespace {
+
+actors::submit_request request(std::string client, std::uint32_t max_tokens) {
+  actors::submit_request r;
+  r.model = "tiny";
+  r.client = std::move(client);
+  r.prompt_tokens = {97, 98, 99, 100, 101};
+  r.sampling.max_tokens = max_tokens;
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("engine: list shows every live sequence with its client, phase and counts") {
+  engine_fixture sut{test::small_config(scheduler_mode::overlap)};
+  auto a = *sut.engine->submit(request("alice", 400));
+  auto b = *sut.engine->submit(request("bob", 400));
+  REQUIRE(a->next(10s).has_value());
+  auto l = sut.engine->list();
+  REQUIRE(l.size() == 2);
+  CHECK(l[0].id == a->id());
+  CHECK(l[0].client == "alice");
+  CHECK(l[1].client == "bob");
+  CHECK(l[0].model == "tiny");
+  CHECK(l[0].tokens_in == 5);
+  CHECK(l[0].tokens_out >= 1);
+  CHECK(l[0].phase == seq_phase::resident);
+  CHECK(l[0].age_ms > 0);
+  a->cancel();
+  b->cancel();
+  REQUIRE(a->collect(10s).has_value());
+  REQUIRE(b->collect(10s).has_value());
+  CHECK(sut.engine->list().empty());
+}
+
+TEST_CASE("engine: cancel by id ends the stream; an unknown id is reported") {
+  engine_fixture sut{test::small_config(scheduler_mode::overlap)};
+  auto a = *sut.engine->submit(request("alice", 400));
+  REQUIRE(a->next(10s).has_value());
+  CHECK(sut.engine->cancel(a->id()));
+  auto c = a->collect(10s);
+  REQUIRE(c.has_value());
+  CHECK(c->end->reason == end_reason::cancelled);
+  CHECK_FALSE(sut.engine->cancel(a->id()));
+  CHECK_FALSE(sut.engine->cancel(987654));
+}
+
+TEST_CASE("engine: while draining, new requests are refused and running ones finish") {
+  engine_fixture sut{test::small_config(scheduler_mode::overlap)};
+  auto a = *sut.engine->submit(request("alice", 30));
+  sut.engine->set_admitting(false);
+  auto refused = sut.engine->submit(request("bob", 30));
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().code == actors::submit_errc::draining);
+  auto c = a->collect(10s);
+  REQUIRE(c.has_value());
+  CHECK(c->end->reason == end_reason::length);
+  CHECK(c->tokens.size() == 30);
+  sut.engine->set_admitting(true);
+  CHECK(sut.engine->submit(request("bob", 3)).has_value());
+}
+
+TEST_CASE("engine: the completion hook sees every request once, with its outcome and timings") {
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<std::tuple<std::string, actors::seq_id, end_reason, std::uint32_t, double>> seen;
+  engine_fixture sut{test::small_config(scheduler_mode::overlap),
+                     [&](const actors::completion& c) {
+                       {
+                         std::lock_guard lock{m};
+                         seen.emplace_back(std::string{c.client}, c.id, c.end->reason,
+                                           c.end->generated_tokens, c.end->e2e_ms);
+                       }
+                       cv.notify_all();
+                     }};
+  auto a = *sut.engine->submit(request("alice", 12));
+  auto b = *sut.engine->submit(request("bob", 400));
+  REQUIRE(b->next(10s).has_value());
+  b->cancel();
+  REQUIRE(a->collect(10s).has_value());
+  REQUIRE(b->collect(10s).has_value());
+  std::unique_lock lock{m};
+  REQUIRE(cv.wait_for(lock, 10s, [&] { return seen.size() >= 2; }));
+  CHECK(seen.size() == 2);
+  std::sort(seen.begin(), seen.end(),
+            [](auto& x, auto& y) { return std::get<1>(x) < std::get<1>(y); });
+  CHECK(std::get<0>(seen[0]) == "alice");
+  CHECK(std::get<2>(seen[0]) == end_reason::length);
+  CHECK(std::get<3>(seen[0]) == 12);
+  CHECK(std::get<4>(seen[0]) > 0);
+  CHECK(std::get<0>(seen[1]) == "bob");
+  CHECK(std::get<2>(seen[1]) == end_reason::cancelled);
+}
