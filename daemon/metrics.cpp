@@ -1,0 +1,184 @@
+#include "daemon/metrics.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace kvlane::daemon {
+
+void histogram::observe(double seconds) noexcept {
+  if (!(seconds >= 0))
+    seconds = 0;
+  std::size_t i = 0;
+  while (i < bounds.size() && seconds > bounds[i])
+    ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  sum_micros_.fetch_add(static_cast<std::uint64_t>(std::llround(seconds * 1e6)),
+                        std::memory_order_relaxed);
+}
+
+histogram::snapshot histogram::read() const noexcept {
+  snapshot s;
+  std::uint64_t running = 0;
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    running += buckets_[i].load(std::memory_order_relaxed);
+    s.cumulative[i] = running;
+  }
+  s.sum = double(sum_micros_.load(std::memory_order_relaxed)) / 1e6;
+  return s;
+}
+
+metrics::metrics(std::vector<std::string> models) {
+  for (auto& m : models) {
+    models_.push_back(std::make_unique<per_model>());
+    models_.back()->name = std::move(m);
+  }
+}
+
+metrics::per_model* metrics::find(std::string_view model) noexcept {
+  for (auto& m : models_)
+    if (m->name == model)
+      return m.get();
+  return nullptr;
+}
+
+void metrics::record(const actors::completion& c) noexcept {
+  auto* m = find(c.model);
+  if (!m || !c.end)
+    return;
+  const auto& e = *c.end;
+  m->outcomes[static_cast<std::size_t>(e.reason)].fetch_add(1, std::memory_order_relaxed);
+  if (e.generated_tokens > 0)
+    m->ttft.observe(e.ttft_ms / 1000);
+  if (e.generated_tokens > 1)
+    m->tpot.observe(e.tpot_ms / 1000);
+  m->e2e.observe(e.e2e_ms / 1000);
+}
+
+namespace {
+
+class writer {
+public:
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    fmt::format_to(out(), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  void sample(std::string_view name, std::string_view labels, double value) {
+    if (labels.empty())
+      fmt::format_to(out(), "{} {}\n", name, number(value));
+    else
+      fmt::format_to(out(), "{}{{{}}} {}\n", name, labels, number(value));
+  }
+  void histogram(std::string_view name, std::string_view labels, const histogram::snapshot& h) {
+    auto sep = labels.empty() ? "" : ",";
+    for (std::size_t i = 0; i < histogram::bounds.size(); ++i)
+      fmt::format_to(out(), "{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep,
+                     histogram::bounds[i], h.cumulative[i]);
+    fmt::format_to(out(), "{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep,
+                   h.cumulative.back());
+    sample(std::string{name} + "_sum", labels, h.sum);
+    sample(std::string{name} + "_count", labels, double(h.cumulative.back()));
+  }
+  std::string take() { return std::move(text_); }
+
+private:
+  std::back_insert_iterator<std::string> out() { return std::back_inserter(text_); }
+  static std::string number(double v) {
+    if (std::isnan(v))
+      return "NaN";
+    if (v == std::floor(v) && std::abs(v) < 1e15)
+      return fmt::format("{}", static_cast<long long>(v));
+    return fmt::format("{:.6f}", v);
+  }
+  std::string text_;
+};
+
+std::string model_label(std::string_view model) {
+  // Model names are validated to [A-Za-z0-9._-], so no escaping is needed.
+  return fmt::format("model=\"{}\"", model);
+}
+
+} // namespace
+
+std::string metrics::render(const std::vector<actors::scheduler_stats>& schedulers,
+                            const ipc::store_stats& store, std::uint64_t clients_connected) const {
+  writer w;
+  w.family("kvlane_requests_total", "counter", "Finished requests by outcome.");
+  for (auto& m : models_)
+    for (auto reason : {actors::end_reason::length, actors::end_reason::stop,
+                        actors::end_reason::cancelled, actors::end_reason::error})
+      w.sample("kvlane_requests_total",
+               fmt::format("{},outcome=\"{}\"", model_label(m->name), actors::to_string(reason)),
+               double(m->outcomes[static_cast<std::size_t>(reason)].load()));
+  w.family("kvlane_ttft_seconds", "histogram", "Time from submit to the first token.");
+  for (auto& m : models_)
+    w.histogram("kvlane_ttft_seconds", model_label(m->name), m->ttft.read());
+  w.family("kvlane_tpot_seconds", "histogram", "Mean time per output token after the first.");
+  for (auto& m : models_)
+    w.histogram("kvlane_tpot_seconds", model_label(m->name), m->tpot.read());
+  w.family("kvlane_e2e_seconds", "histogram", "Time from submit to the end of the stream.");
+  for (auto& m : models_)
+    w.histogram("kvlane_e2e_seconds", model_label(m->name), m->e2e.read());
+
+  auto per_scheduler = [&](std::string_view name, std::string_view type, std::string_view help,
+                           auto value) {
+    w.family(name, type, help);
+    for (auto& s : schedulers)
+      w.sample(name, model_label(s.model), double(value(s)));
+  };
+  per_scheduler("kvlane_tokens_generated_total", "counter", "Tokens generated.",
+                [](auto& s) { return s.tokens_generated; });
+  per_scheduler("kvlane_slots", "gauge", "KV slots of the model.", [](auto& s) { return s.slots; });
+  per_scheduler("kvlane_slots_busy", "gauge", "Slots resident, loading or dumping.",
+                [](auto& s) { return s.slots_busy; });
+  w.family("kvlane_queue_depth", "gauge", "Sequences without a slot, by priority class.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_queue_depth", model_label(s.model) + ",class=\"interactive\"",
+             s.queued_interactive);
+    w.sample("kvlane_queue_depth", model_label(s.model) + ",class=\"batch\"", s.queued_batch);
+  }
+  w.family("kvlane_preemptions_total", "counter", "Preemptions by kind.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_preemptions_total", model_label(s.model) + ",kind=\"swap\"", double(s.swaps));
+    w.sample("kvlane_preemptions_total", model_label(s.model) + ",kind=\"recompute\"",
+             double(s.recomputes));
+  }
+  w.family("kvlane_transfers_total", "counter", "KV transfers by kind.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_transfers_total", model_label(s.model) + ",kind=\"dump\"", double(s.dumps));
+    w.sample("kvlane_transfers_total", model_label(s.model) + ",kind=\"load\"", double(s.loads));
+  }
+  w.family("kvlane_transfer_seconds_total", "counter", "Time spent in KV transfers by kind.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_transfer_seconds_total", model_label(s.model) + ",kind=\"dump\"",
+             s.dump_ms_total / 1000);
+    w.sample("kvlane_transfer_seconds_total", model_label(s.model) + ",kind=\"load\"",
+             s.load_ms_total / 1000);
+  }
+  w.family("kvlane_transfer_overlap_seconds_total", "counter",
+           "Transfer time hidden behind compute or exposed.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_transfer_overlap_seconds_total", model_label(s.model) + ",part=\"hidden\"",
+             s.transfer_hidden_ms / 1000);
+    w.sample("kvlane_transfer_overlap_seconds_total", model_label(s.model) + ",part=\"exposed\"",
+             std::max(0.0, s.transfer_ms - s.transfer_hidden_ms) / 1000);
+  }
+  per_scheduler("kvlane_step_busy_seconds_total", "counter", "Compute lane time spent in steps.",
+                [](auto& s) { return s.step_busy_ms / 1000; });
+  per_scheduler("kvlane_backend_failures_total", "counter", "Failed step, dump and load calls.",
+                [](auto& s) { return s.step_failures + s.dump_failures + s.load_failures; });
+
+  w.family("kvlane_store_bytes", "gauge", "Snapshot store bytes: used (reserved) and committed.");
+  w.sample("kvlane_store_bytes", "state=\"used\"", double(store.used_bytes));
+  w.sample("kvlane_store_bytes", "state=\"committed\"", double(store.committed_bytes));
+  w.family("kvlane_store_limit_bytes", "gauge", "Snapshot store limit.");
+  w.sample("kvlane_store_limit_bytes", "", double(store.limit_bytes));
+  w.family("kvlane_store_snapshots", "gauge", "Snapshots held.");
+  w.sample("kvlane_store_snapshots", "", double(store.snapshots));
+  w.family("kvlane_store_evictions_total", "counter", "Snapshots evicted to make room.");
+  w.sample("kvlane_store_evictions_total", "", double(store.evictions));
+  w.family("kvlane_clients_connected", "gauge", "Client connections.");
+  w.sample("kvlane_clients_connected", "", double(clients_connected));
+  return w.take();
+}
+
+} // namespace kvlane::daemon

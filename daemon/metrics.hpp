@@ -1,0 +1,65 @@
+#pragma once
+
+// kvlane::daemon::metrics — what Prometheus (and `kvlane metrics`) scrapes.
+//
+// Request outcomes and latency histograms are recorded as requests end (from
+// the engine's completion hook, on actor threads); everything else is read at
+// scrape time from the schedulers' and the store's statistics, so the hot path
+// pays only a few relaxed atomic increments per finished request.
+//
+// Threading: record() is thread-safe and lock-free; render() may run on any
+// thread concurrently with record().
+
+#include "actors/engine.hpp"
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvlane::daemon {
+
+/// A fixed-bucket histogram of seconds.
+class histogram {
+public:
+  static constexpr std::array<double, 14> bounds{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                 0.5,   1.0,   2.5,  5.0,   10.0, 30.0, 60.0};
+  void observe(double seconds) noexcept;
+
+  struct snapshot {
+    std::array<std::uint64_t, bounds.size() + 1> cumulative{}; ///< last is +Inf (= count)
+    double sum = 0;
+  };
+  snapshot read() const noexcept;
+
+private:
+  std::array<std::atomic<std::uint64_t>, bounds.size() + 1> buckets_{}; // non-cumulative
+  std::atomic<std::uint64_t> sum_micros_{0};
+};
+
+class metrics {
+public:
+  explicit metrics(std::vector<std::string> models);
+
+  /// Records one finished request.
+  void record(const actors::completion& c) noexcept;
+
+  /// The Prometheus text exposition (version 0.0.4) of everything.
+  std::string render(const std::vector<actors::scheduler_stats>& schedulers,
+                     const ipc::store_stats& store, std::uint64_t clients_connected) const;
+
+private:
+  struct per_model {
+    std::string name;
+    std::array<std::atomic<std::uint64_t>, 4> outcomes{}; // by end_reason
+    histogram ttft, tpot, e2e;
+  };
+  per_model* find(std::string_view model) noexcept;
+
+  std::vector<std::unique_ptr<per_model>> models_;
+};
+
+} // namespace kvlane::daemon
