@@ -1,0 +1,189 @@
+#include "daemon/admin_commands.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace kvlane::daemon {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Strings from clients may hold invalid UTF-8: replace it rather than fail.
+std::string to_line(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+json error(std::string_view code, std::string message) {
+  return json{{"error", {{"code", code}, {"message", std::move(message)}}}};
+}
+
+// A command's failure: rendered as the error object.
+struct command_error {
+  std::string code;
+  std::string message;
+};
+
+const json& field(const json& req, std::string_view name) {
+  auto it = req.find(name);
+  if (it == req.end())
+    throw command_error{"missing_field", fmt::format("missing field '{}'", name)};
+  return *it;
+}
+
+std::string string_field(const json& req, std::string_view name) {
+  const auto& v = field(req, name);
+  if (!v.is_string())
+    throw command_error{"bad_field", fmt::format("field '{}' must be a string", name)};
+  return v.get<std::string>();
+}
+
+std::uint64_t id_field(const json& req, std::string_view name) {
+  const auto& v = field(req, name);
+  if (!v.is_number_unsigned())
+    throw command_error{"bad_field",
+                        fmt::format("field '{}' must be a non-negative integer", name)};
+  return v.get<std::uint64_t>();
+}
+
+std::vector<actors::scheduler_stats> all_stats(const admin_services& s) {
+  std::vector<actors::scheduler_stats> out;
+  for (auto& m : s.engine->models()) {
+    auto st = s.engine->stats(m.name);
+    if (!st)
+      throw command_error{"failed",
+                          fmt::format("model '{}' did not answer: {}", m.name, st.error())};
+    out.push_back(std::move(*st));
+  }
+  return out;
+}
+
+json status(const admin_services& s) {
+  auto uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started);
+  json models = json::array();
+  for (auto& st : all_stats(s)) {
+    models.push_back({{"name", st.model},
+                      {"slots", st.slots},
+                      {"slots_busy", st.slots_busy},
+                      {"resident", st.resident},
+                      {"parked", st.parked},
+                      {"loading", st.loading},
+                      {"dumping", st.dumping},
+                      {"queued_interactive", st.queued_interactive},
+                      {"queued_batch", st.queued_batch},
+                      {"submitted", st.submitted},
+                      {"finished", st.finished},
+                      {"cancelled", st.cancelled},
+                      {"failed", st.failed},
+                      {"tokens_generated", st.tokens_generated},
+                      {"steps", st.steps},
+                      {"step_busy_s", st.step_busy_ms / 1000},
+                      {"preemptions", st.preemptions},
+                      {"swaps", st.swaps},
+                      {"recomputes", st.recomputes},
+                      {"transfer_s", st.transfer_ms / 1000},
+                      {"transfer_hidden_s", st.transfer_hidden_ms / 1000}});
+  }
+  auto store = s.engine->store_stats();
+  return {{"version", s.version},
+          {"uptime_s", uptime.count()},
+          {"mode", s.mode},
+          {"admitting", s.engine->admitting()},
+          {"clients", s.clients_connected ? s.clients_connected() : 0},
+          {"models", std::move(models)},
+          {"store",
+           {{"used_bytes", store.used_bytes},
+            {"committed_bytes", store.committed_bytes},
+            {"limit_bytes", store.limit_bytes},
+            {"snapshots", store.snapshots},
+            {"evictions", store.evictions}}}};
+}
+
+json ps(const admin_services& s) {
+  json seqs = json::array();
+  for (auto& q : s.engine->list())
+    seqs.push_back({{"id", q.id},
+                    {"client", q.client},
+                    {"model", q.model},
+                    {"priority", actors::to_string(q.priority)},
+                    {"state", actors::to_string(q.phase)},
+                    {"tokens_in", q.tokens_in},
+                    {"tokens_out", q.tokens_out},
+                    {"level", q.level},
+                    {"preemptions", q.preemptions},
+                    {"age_s", q.age_ms / 1000}});
+  return {{"sequences", std::move(seqs)}};
+}
+
+json dispatch(const std::string& cmd, const json& req, const admin_services& s) {
+  if (cmd == "status")
+    return status(s);
+  if (cmd == "ps")
+    return ps(s);
+  if (cmd == "cancel") {
+    auto id = id_field(req, "id");
+    if (!s.engine->cancel(id))
+      throw command_error{"not_found", fmt::format("no live sequence with id {}", id)};
+    return {{"cancelled", id}};
+  }
+  if (cmd == "drain") {
+    s.engine->set_admitting(false);
+    return {{"admitting", false}, {"active", s.engine->list().size()}};
+  }
+  if (cmd == "resume") {
+    s.engine->set_admitting(true);
+    return {{"admitting", true}};
+  }
+  if (cmd == "reload") {
+    if (!s.reload)
+      throw command_error{"failed", "reload is not available"};
+    auto r = s.reload();
+    if (!r.error.empty())
+      throw command_error{"failed", "the new configuration was rejected, nothing changed: " + r.error};
+    return {{"applied", r.applied}, {"needs_restart", r.needs_restart}};
+  }
+  if (cmd == "log-level") {
+    auto logger = string_field(req, "logger");
+    auto level = string_field(req, "level");
+    if (!s.set_log_level)
+      throw command_error{"failed", "log levels cannot be changed"};
+    if (auto err = s.set_log_level(logger, level); !err.empty())
+      throw command_error{"bad_field", err};
+    return {{"logger", logger}, {"level", level}};
+  }
+  if (cmd == "metrics")
+    return {{"text", render_metrics(s)}};
+  throw command_error{"unknown_command",
+                      fmt::format("unknown command '{}' (known: status, ps, cancel, drain, resume, "
+                                  "reload, log-level, metrics)",
+                                  cmd)};
+}
+
+} // namespace
+
+std::string render_metrics(const admin_services& s) {
+  return s.registry->render(all_stats(s), s.engine->store_stats(),
+                           s.clients_connected ? s.clients_connected() : 0);
+}
+
+std::string handle_admin_request(std::string_view line, const admin_services& services) {
+  json req = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (req.is_discarded())
+    return to_line(error("bad_json", "the request is not valid JSON"));
+  if (!req.is_object())
+    return to_line(error("bad_request", "the request must be a JSON object"));
+  auto cmd = req.find("cmd");
+  if (cmd == req.end())
+    return to_line(error("missing_field", "missing field 'cmd'"));
+  if (!cmd->is_string())
+    return to_line(error("bad_field", "field 'cmd' must be a string"));
+  try {
+    return to_line(dispatch(cmd->get<std::string>(), req, services));
+  } catch (const command_error& e) {
+    return to_line(error(e.code, e.message));
+  } catch (const std::exception& e) {
+    return to_line(error("failed", e.what()));
+  }
+}
+
+} // namespace kvlane::daemon
