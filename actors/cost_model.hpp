@@ -20,6 +20,9 @@ class cost_model {
 public:
   explicit cost_model(double alpha = 0.2);
 
+  /// Changes the weight of new samples; what was learned is kept.
+  void set_alpha(double alpha) noexcept { alpha_ = alpha; }
+
   void observe_step(std::uint32_t tokens, double ms);
   void observe_dump(std::uint64_t bytes, double ms);
   void observe_load(std::uint64_t bytes, double ms);

@@ -210,6 +210,16 @@ bool engine::cancel(seq_id id, std::chrono::milliseconds timeout) {
   return false;
 }
 
+bool engine::update_policy(const daemon::scheduler_section& policy,
+                           std::chrono::milliseconds timeout) {
+  bool ok = true;
+  caf::scoped_actor self{sys_};
+  for (auto& m : models_)
+    self->request(m.scheduler, timeout, policy_atom::value, policy)
+      .receive([](bool) {}, [&](caf::error&) { ok = false; });
+  return ok;
+}
+
 std::vector<sequence_info> engine::list(std::chrono::milliseconds timeout) const {
   std::vector<sequence_info> out;
   caf::scoped_actor self{sys_};

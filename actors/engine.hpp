@@ -101,6 +101,11 @@ public:
   void set_admitting(bool admitting) noexcept { admitting_ = admitting; }
   bool admitting() const noexcept { return admitting_; }
 
+  /// Applies new scheduler knobs to every model (the mode stays). Returns
+  /// false if a scheduler did not confirm within `timeout`.
+  bool update_policy(const daemon::scheduler_section& policy,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
   /// Every live sequence of every model, by id.
   std::vector<sequence_info> list(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
 

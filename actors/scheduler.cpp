@@ -290,6 +290,8 @@ public:
     schedule();
   }
 
+  void reschedule() { schedule(); }
+
   void on_shutdown(const std::string& why) {
     st_.shutting_down = true;
     std::vector<seq_id> ids;
@@ -789,27 +791,31 @@ std::string_view to_string(seq_phase p) noexcept {
 
 namespace {
 
+// Knobs that may change while sequences run (kvlane reload).
+void apply_policy(scheduler_state& st, const daemon::scheduler_section& p) {
+  st.quantum = std::max(1u, p.quantum_tokens);
+  st.levels = std::max(1u, p.levels);
+  st.max_step_tokens = p.max_step_tokens;
+  st.aging_steps = p.aging_steps;
+  st.spare = p.spare_slots;
+  st.costs.set_alpha(p.ewma_alpha);
+  if (st.serialized && st.mode == scheduler_mode::overlap)
+    st.quantum *= 4; // the device serializes transfers: switch less often
+}
+
 caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   auto& st = self->state;
   st.log = daemon::logging::get("scheduler");
   st.info = setup.backend->info();
   st.mode = setup.policy.mode;
-  st.quantum = std::max(1u, setup.policy.quantum_tokens);
-  st.levels = std::max(1u, setup.policy.levels);
-  st.max_step_tokens = setup.policy.max_step_tokens;
-  st.aging_steps = setup.policy.aging_steps;
-  st.spare = setup.policy.spare_slots;
-  st.costs = cost_model{setup.policy.ewma_alpha};
   st.slot_owner.assign(st.info.slots, std::nullopt);
-  st.serialized = st.mode == scheduler_mode::sync;
-  if (st.mode == scheduler_mode::overlap && !st.info.caps.transfer_overlaps_compute) {
-    // The device serializes transfers with steps: switch less often instead.
-    st.serialized = true;
-    st.quantum *= 4;
+  st.serialized = st.mode == scheduler_mode::sync
+                  || (st.mode == scheduler_mode::overlap && !st.info.caps.transfer_overlaps_compute);
+  apply_policy(st, setup.policy);
+  if (st.mode == scheduler_mode::overlap && st.serialized)
     st.log->info("model '{}': backend cannot overlap transfers with compute; "
                  "using serialized switches with quantum {}",
                  setup.model, st.quantum);
-  }
   st.compute = spawn_lane(self->system(), setup.model + "/compute", setup.backend, setup.store);
   st.transfer = spawn_lane(self->system(), setup.model + "/transfer", setup.backend, setup.store);
   self->link_to(st.compute);
@@ -830,6 +836,16 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
     [self](cancel_atom, seq_id id) { scheduler_logic{self}.on_cancel(id, "cancelled"); },
     [self](stats_atom) -> scheduler_stats_ptr {
       return std::make_shared<const scheduler_stats>(scheduler_logic{self}.snapshot_stats());
+    },
+    [self](policy_atom, daemon::scheduler_section p) -> bool {
+      apply_policy(self->state, p);
+      self->state.log->info("model '{}': policy updated: quantum {}, levels {}, spare slots {}, "
+                            "max step tokens {}, aging steps {}",
+                            self->state.setup.model, self->state.quantum, self->state.levels,
+                            self->state.spare, self->state.max_step_tokens,
+                            self->state.aging_steps);
+      scheduler_logic{self}.reschedule();
+      return true;
     },
     [self](list_atom) -> sequence_list_ptr {
       return std::make_shared<const std::vector<sequence_info>>(scheduler_logic{self}.list());

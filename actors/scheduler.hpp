@@ -105,6 +105,11 @@ using list_atom = caf::atom_constant<caf::atom("list")>;
 /// stop with it).
 caf::actor spawn_scheduler(caf::actor_system& sys, scheduler_setup setup);
 
+/// Applies new policy knobs (quantum, levels, spare slots, step budget,
+/// aging, EWMA weight) at the next planning round; the mode cannot change
+/// live. Replies true.
+using policy_atom = caf::atom_constant<caf::atom("policy")>;
+
 /// Sent by the engine before shutdown: ends every stream with reason
 /// cancelled and `message`, frees every slot and snapshot, then replies.
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
@@ -113,3 +118,4 @@ using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::scheduler_stats_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::sequence_list_ptr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::daemon::scheduler_section)

@@ -106,3 +106,22 @@ TEST_CASE("engine: the completion hook sees every request once, with its outcome
   CHECK(std::get<0>(seen[1]) == "bob");
   CHECK(std::get<2>(seen[1]) == end_reason::cancelled);
 }
+
+TEST_CASE("engine: a policy update applies to running schedulers") {
+  auto cfg = test::small_config(scheduler_mode::overlap);
+  engine_fixture sut{cfg};
+  auto run = [&] {
+    std::vector<std::shared_ptr<actors::token_stream>> streams;
+    for (int i = 0; i < 10; ++i)
+      streams.push_back(*sut.engine->submit(request("c" + std::to_string(i % 3), 40)));
+    for (auto& s : streams)
+      REQUIRE(s->collect(30s).has_value());
+    return sut.stats().preemptions;
+  };
+  auto before = run();
+  CHECK(before > 0); // quantum 4: sequences take turns
+  auto p = cfg.scheduler;
+  p.quantum_tokens = 100000; // nobody's turn ends: no preemption among equals
+  REQUIRE(sut.engine->update_policy(p));
+  CHECK(run() == before);
+}
