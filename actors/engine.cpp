@@ -98,6 +98,10 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
     setup.store = shared_store;
     setup.policy = cfg.scheduler;
     setup.observer = observer;
+    e.compute_heartbeat = std::make_shared<lane_heartbeat>();
+    e.transfer_heartbeat = std::make_shared<lane_heartbeat>();
+    setup.compute_heartbeat = e.compute_heartbeat;
+    setup.transfer_heartbeat = e.transfer_heartbeat;
     e.scheduler = spawn_scheduler(sys, std::move(setup));
     self->models_.push_back(std::move(e));
   }
@@ -208,6 +212,19 @@ bool engine::cancel(seq_id id, std::chrono::milliseconds timeout) {
       return true;
     }
   return false;
+}
+
+std::string engine::stuck_call(std::chrono::nanoseconds limit) const {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  for (auto& m : models_)
+    for (auto [lane, hb] : {std::pair{"compute", m.compute_heartbeat.get()},
+                             std::pair{"transfer", m.transfer_heartbeat.get()}}) {
+      auto since = hb->busy_since_ns.load(std::memory_order_relaxed);
+      if (since != 0 && now - since > limit.count())
+        return fmt::format("model '{}': the {} lane's backend call has run for {} ms", m.name,
+                           lane, (now - since) / 1'000'000);
+    }
+  return {};
 }
 
 bool engine::update_policy(const daemon::scheduler_section& policy,

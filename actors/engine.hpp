@@ -70,6 +70,8 @@ struct model_entry {
   backends::backend_info info;
   std::shared_ptr<backends::backend> backend;
   caf::actor scheduler;
+  std::shared_ptr<lane_heartbeat> compute_heartbeat;
+  std::shared_ptr<lane_heartbeat> transfer_heartbeat;
 };
 
 class engine {
@@ -105,6 +107,10 @@ public:
   /// false if a scheduler did not confirm within `timeout`.
   bool update_policy(const daemon::scheduler_section& policy,
                      std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  /// Describes the first backend call that has been running longer than
+  /// `limit` (a hung device), or returns an empty string.
+  std::string stuck_call(std::chrono::nanoseconds limit) const;
 
   /// Every live sequence of every model, by id.
   std::vector<sequence_info> list(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;

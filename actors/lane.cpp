@@ -17,6 +17,21 @@ struct lane_state {
   std::string lane_name;
   std::shared_ptr<backends::backend> backend;
   std::shared_ptr<ipc::snapshot_store> store;
+  std::shared_ptr<lane_heartbeat> heartbeat;
+};
+
+// Marks the lane busy for the lifetime of one backend call.
+class busy_mark {
+public:
+  explicit busy_mark(lane_heartbeat& h) : h_(h) {
+    h_.busy_since_ns.store(clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  }
+  ~busy_mark() { h_.busy_since_ns.store(0, std::memory_order_relaxed); }
+  busy_mark(const busy_mark&) = delete;
+  busy_mark& operator=(const busy_mark&) = delete;
+
+private:
+  lane_heartbeat& h_;
 };
 
 using lane_impl = lane_actor::stateful_pointer<lane_state>;
@@ -60,10 +75,12 @@ transfer_done_ptr run_load(lane_state& st, const transfer_job_ptr& job) {
 
 lane_actor::behavior_type lane_behavior(lane_impl self, std::string name,
                                         std::shared_ptr<backends::backend> backend,
-                                        std::shared_ptr<ipc::snapshot_store> store) {
+                                        std::shared_ptr<ipc::snapshot_store> store,
+                                        std::shared_ptr<lane_heartbeat> heartbeat) {
   self->state.lane_name = std::move(name);
   self->state.backend = std::move(backend);
   self->state.store = std::move(store);
+  self->state.heartbeat = std::move(heartbeat);
   self->set_exception_handler([self](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
     try {
       std::rethrow_exception(e);
@@ -76,6 +93,7 @@ lane_actor::behavior_type lane_behavior(lane_impl self, std::string name,
   });
   return {
     [self](step_atom, step_plan_ptr plan) -> step_done_ptr {
+      busy_mark busy{*self->state.heartbeat};
       auto done = std::make_shared<step_done>();
       done->start = clock::now();
       auto r = self->state.backend->step(plan->rows, done->out);
@@ -86,6 +104,7 @@ lane_actor::behavior_type lane_behavior(lane_impl self, std::string name,
       return done;
     },
     [self](transfer_atom, transfer_job_ptr job) -> transfer_done_ptr {
+      busy_mark busy{*self->state.heartbeat};
       return job->kind == transfer_kind::dump ? run_dump(self->state, job)
                                               : run_load(self->state, job);
     },
@@ -96,9 +115,10 @@ lane_actor::behavior_type lane_behavior(lane_impl self, std::string name,
 
 lane_actor spawn_lane(caf::actor_system& sys, std::string name,
                       std::shared_ptr<backends::backend> backend,
-                      std::shared_ptr<ipc::snapshot_store> store) {
+                      std::shared_ptr<ipc::snapshot_store> store,
+                      std::shared_ptr<lane_heartbeat> heartbeat) {
   return sys.spawn<caf::detached>(lane_behavior, std::move(name), std::move(backend),
-                                  std::move(store));
+                                  std::move(store), std::move(heartbeat));
 }
 
 } // namespace kvlane::actors

@@ -816,8 +816,10 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
     st.log->info("model '{}': backend cannot overlap transfers with compute; "
                  "using serialized switches with quantum {}",
                  setup.model, st.quantum);
-  st.compute = spawn_lane(self->system(), setup.model + "/compute", setup.backend, setup.store);
-  st.transfer = spawn_lane(self->system(), setup.model + "/transfer", setup.backend, setup.store);
+  st.compute = spawn_lane(self->system(), setup.model + "/compute", setup.backend, setup.store,
+                          setup.compute_heartbeat);
+  st.transfer = spawn_lane(self->system(), setup.model + "/transfer", setup.backend, setup.store,
+                           setup.transfer_heartbeat);
   self->link_to(st.compute);
   self->link_to(st.transfer);
   st.setup = std::move(setup);

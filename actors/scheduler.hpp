@@ -25,6 +25,7 @@
 // Threading: a CAF event-based actor; all state is its own. Blocking calls
 // happen only in its two detached lanes.
 
+#include "actors/lane.hpp"
 #include "actors/messages.hpp"
 #include "daemon/config.hpp"
 
@@ -60,6 +61,8 @@ struct scheduler_setup {
   std::shared_ptr<ipc::snapshot_store> store;
   daemon::scheduler_section policy;
   scheduler_observer observer; ///< optional
+  std::shared_ptr<lane_heartbeat> compute_heartbeat;  ///< required
+  std::shared_ptr<lane_heartbeat> transfer_heartbeat; ///< required
 };
 
 /// Counters and gauges of one model's scheduler.

@@ -125,3 +125,23 @@ TEST_CASE("engine: a policy update applies to running schedulers") {
   REQUIRE(sut.engine->update_policy(p));
   CHECK(run() == before);
 }
+
+TEST_CASE("engine: a backend call running past the limit is reported as stuck") {
+  auto cfg = test::small_config(scheduler_mode::overlap);
+  cfg.models[0].sim.time_scale = 1;
+  cfg.models[0].sim.step_base_ms = 1500; // one step lasts 1.5 s of wall time
+  engine_fixture sut{cfg};
+  CHECK(sut.engine->stuck_call(0ns).empty()); // idle lanes are never stuck
+  auto s = *sut.engine->submit(request("alice", 1));
+  std::string stuck;
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (stuck.empty() && std::chrono::steady_clock::now() < deadline) {
+    stuck = sut.engine->stuck_call(1ns);
+    std::this_thread::yield();
+  }
+  CHECK(stuck.find("compute lane") != std::string::npos);
+  CHECK(stuck.find("'tiny'") != std::string::npos);
+  CHECK(sut.engine->stuck_call(1h).empty());
+  s->cancel();
+  REQUIRE(s->collect(10s).has_value());
+}
