@@ -1,6 +1,7 @@
 #include "daemon/app.hpp"
 
 #include "actors/engine.hpp"
+#include "daemon/gateway.hpp"
 #include "daemon/logging.hpp"
 
 #include <caf/actor_system.hpp>
@@ -98,6 +99,19 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg) {
     for (auto& m : s->engine_->models())
       logging::get("backend")->info("model '{}' unloaded", m.name);
     s->engine_.reset();
+  });
+
+  // The client gateway: control socket and IPC loop. Stopped before the
+  // engine, so apps see their connection end before their streams do.
+  auto gw = gateway::create(self->cfg_.clients, self->client_socket_path(), *self->engine_);
+  if (!gw)
+    return unexpected("client gateway: " + std::move(gw).error());
+  self->gateway_ = std::move(*gw);
+  logging::get("ipc")->info("listening for clients on {} (mode {:04o})",
+                            self->gateway_->socket_path(), self->cfg_.clients.socket_mode);
+  self->on_stop("gateway", [s = self.get()] {
+    s->gateway_->stop();
+    s->gateway_.reset();
   });
   return self;
 }

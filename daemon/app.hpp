@@ -3,7 +3,8 @@
 // kvlane::daemon::app — the daemon's lifecycle.
 //
 // Builds the subsystems in order (runtime directory, actor system, the
-// engine: snapshot store, model backends and their schedulers), registering each one's stop action as soon as it has started, so
+// engine: snapshot store, model backends and their schedulers; then the client
+// gateway), registering each one's stop action as soon as it has started, so
 // shutdown runs them in reverse (Seastar's rule). run() waits for SIGTERM /
 // SIGINT (blocked in every thread before any is started, taken with sigwait
 // in the calling thread) and then stops everything within
@@ -31,6 +32,8 @@ class engine;
 } // namespace kvlane::actors
 
 namespace kvlane::daemon {
+
+class gateway;
 
 /// Process exit codes of kvlaned.
 enum class exit_code : int {
@@ -61,6 +64,9 @@ public:
   const config& cfg() const noexcept { return cfg_; }
   const std::string& runtime_dir() const noexcept { return runtime_dir_; }
   actors::engine& engine() noexcept { return *engine_; }
+  caf::actor_system& actor_system() noexcept { return *system_; }
+  /// Path of the client control socket.
+  std::string client_socket_path() const { return runtime_dir_ + "/kvlane.sock"; }
 
 private:
   explicit app(config cfg);
@@ -72,6 +78,7 @@ private:
   std::unique_ptr<caf::actor_system_config> actor_cfg_;
   std::unique_ptr<caf::actor_system> system_;
   std::unique_ptr<actors::engine> engine_;
+  std::unique_ptr<gateway> gateway_; ///< client socket <runtime_dir>/kvlane.sock
   std::vector<std::pair<std::string, std::function<void()>>> stops_;
 };
 

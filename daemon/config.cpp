@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <utility>
 
 // Returns the error of a failed status from the enclosing function.
@@ -589,6 +590,88 @@ status parse_store(const reporter& r, const section& root, store_section& out) {
   return {};
 }
 
+/// Reads an array of user or group names / numeric ids into their text form.
+status read_principals(const reporter& r, const section& s, std::string_view name,
+                       std::vector<std::string>& out) {
+  const auto* n = s.find(name);
+  if (n == nullptr)
+    return {};
+  const auto* array = n->as_array();
+  if (array == nullptr)
+    return unexpected(r.wrong_type(s.key(name), *n, "array of names or numeric ids"));
+  out.clear();
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const auto& e = *array->get(i);
+    const auto key = fmt::format("{}[{}]", s.key(name), i);
+    if (const auto* str = e.as_string()) {
+      const auto& v = str->get();
+      const bool ok = !v.empty() && v.size() <= 256 && std::all_of(v.begin(), v.end(), [](char c) {
+        return c != ':' && c != '\n' && c != '\0' && static_cast<unsigned char>(c) > 0x20;
+      });
+      if (!ok)
+        return unexpected(r.bad_value(key, line_of(e),
+                                      fmt::format("must be a user or group name (got {})", quoted(v))));
+      out.push_back(v);
+    } else if (const auto* i64 = e.as_integer()) {
+      const auto v = i64->get();
+      if (v < 0 || v > 4'294'967'294)
+        return unexpected(r.bad_value(
+          key, line_of(e), fmt::format("must be a numeric id between 0 and 4294967294 (got {})", v)));
+      out.push_back(std::to_string(v));
+    } else {
+      return unexpected(r.wrong_type(key, e, "name (string) or numeric id (integer)"));
+    }
+  }
+  return {};
+}
+
+status parse_clients(const reporter& r, const section& root, clients_section& out) {
+  auto table = find_table(r, root, "clients");
+  if (!table)
+    return unexpected(std::move(table.error()));
+  if (*table == nullptr)
+    return {};
+  const section s{**table, "clients"};
+  KVLANE_CONFIG_TRY(check_keys(r, s,
+                               {"socket_mode", "allow_users", "allow_groups", "max_clients",
+                                "max_requests", "max_prompt_bytes", "submit_ring_records",
+                                "events_ring_records", "max_backlog_records", "spin_us",
+                                "hello_timeout_ms"}));
+  if (const auto* n = s.find("socket_mode")) {
+    const auto* v = n->as_integer();
+    if (v == nullptr)
+      return unexpected(r.wrong_type(s.key("socket_mode"), *n, "integer (e.g. 0o660)"));
+    if (v->get() < 0 || v->get() > 0777)
+      return unexpected(r.bad_value(s.key("socket_mode"), line_of(*n),
+                                    fmt::format("must be between 0o000 and 0o777 (got {:#o})",
+                                                v->get())));
+    if ((v->get() & 0600) != 0600)
+      return unexpected(r.bad_value(
+        s.key("socket_mode"), line_of(*n),
+        fmt::format("must give the owner read and write (0o600) (got 0o{:03o})", v->get())));
+    out.socket_mode = static_cast<std::uint32_t>(v->get());
+  }
+  KVLANE_CONFIG_TRY(read_principals(r, s, "allow_users", out.allow_users));
+  KVLANE_CONFIG_TRY(read_principals(r, s, "allow_groups", out.allow_groups));
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_clients", out.max_clients, 1, 4096));
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_requests", out.max_requests, 1, 65536));
+  KVLANE_CONFIG_TRY(read_bytes(r, s, "max_prompt_bytes", out.max_prompt_bytes, 256, 256 * mib));
+  for (const auto& [key, field, lo, hi] :
+       {std::tuple{"submit_ring_records", &out.submit_ring_records, 8u, 65536u},
+        std::tuple{"events_ring_records", &out.events_ring_records, 16u, 1'048'576u}}) {
+    KVLANE_CONFIG_TRY(read_int(r, s, key, *field, lo, hi));
+    if ((*field & (*field - 1)) != 0)
+      return unexpected(r.bad_value(s.key(key), s.line(key),
+                                    fmt::format("must be a power of two (got {})", *field)));
+  }
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_backlog_records", out.max_backlog_records, 16, 16'777'216));
+  KVLANE_CONFIG_TRY(read_int(r, s, "spin_us", out.spin_us, 0, 100'000));
+  std::int64_t hello_ms = out.hello_timeout.count();
+  KVLANE_CONFIG_TRY(read_int(r, s, "hello_timeout_ms", hello_ms, 10, 60'000));
+  out.hello_timeout = std::chrono::milliseconds(hello_ms);
+  return {};
+}
+
 /// Floors are reservations: together they must fit in the store.
 status check_floors(const reporter& r, const section& root, const config& c) {
   std::uint64_t sum = 0;
@@ -622,7 +705,8 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
         "version", line_of(*version),
         fmt::format("unsupported config version {} (this kvlaned reads version 1)", v->get())));
   }
-  KVLANE_CONFIG_TRY(check_keys(r, root, {"version", "daemon", "model", "scheduler", "store"}));
+  KVLANE_CONFIG_TRY(
+    check_keys(r, root, {"version", "daemon", "model", "scheduler", "store", "clients"}));
   if (version == nullptr)
     return unexpected(
       r.bad_value("version", root.line(), "required key is missing (add 'version = 1' at the top)"));
@@ -633,6 +717,7 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   KVLANE_CONFIG_TRY(parse_scheduler(r, root, c.scheduler));
   KVLANE_CONFIG_TRY(parse_store(r, root, c.store));
   KVLANE_CONFIG_TRY(check_floors(r, root, c));
+  KVLANE_CONFIG_TRY(parse_clients(r, root, c.clients));
   return c;
 }
 

@@ -51,6 +51,24 @@ struct scheduler_section {
   double ewma_alpha = 0.2;            ///< weight of a new sample in the cost model
 };
 
+/// [clients]: the client control socket, its access rules and per-client limits.
+struct clients_section {
+  std::uint32_t socket_mode = 0666; ///< permission bits of <runtime_dir>/kvlane.sock
+  /// Users / groups allowed to connect, as written: a name or a numeric id (kept
+  /// as its decimal text). Both empty = everyone who can open the socket. Root
+  /// is always allowed. Names are resolved when the daemon starts.
+  std::vector<std::string> allow_users;
+  std::vector<std::string> allow_groups;
+  std::uint32_t max_clients = 64;           ///< connected apps at once
+  std::uint32_t max_requests = 256;         ///< live requests per client
+  std::uint64_t max_prompt_bytes = 1ull << 20; ///< bytes of one prompt (text or 4 per token)
+  std::uint32_t submit_ring_records = 64;   ///< app -> daemon ring, a power of two
+  std::uint32_t events_ring_records = 1024; ///< daemon -> app ring, a power of two
+  std::uint32_t max_backlog_records = 8192; ///< events buffered per client beyond its ring
+  std::uint32_t spin_us = 20;               ///< readers spin this long before sleeping
+  std::chrono::milliseconds hello_timeout{2000}; ///< a new connection must say hello by then
+};
+
 struct store_section {
   std::uint64_t max_bytes = 8ull << 30; ///< snapshot store limit (reserved, committed on use)
 };
@@ -60,6 +78,7 @@ struct config {
   std::vector<model_section> models;
   scheduler_section scheduler;
   store_section store;
+  clients_section clients;
 };
 
 struct config_error {

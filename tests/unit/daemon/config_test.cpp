@@ -95,6 +95,17 @@ void check_same(const config& a, const config& b) {
   CHECK(a.scheduler.aging_steps == b.scheduler.aging_steps);
   CHECK(a.scheduler.ewma_alpha == b.scheduler.ewma_alpha);
   CHECK(a.store.max_bytes == b.store.max_bytes);
+  CHECK(a.clients.socket_mode == b.clients.socket_mode);
+  CHECK(a.clients.allow_users == b.clients.allow_users);
+  CHECK(a.clients.allow_groups == b.clients.allow_groups);
+  CHECK(a.clients.max_clients == b.clients.max_clients);
+  CHECK(a.clients.max_requests == b.clients.max_requests);
+  CHECK(a.clients.max_prompt_bytes == b.clients.max_prompt_bytes);
+  CHECK(a.clients.submit_ring_records == b.clients.submit_ring_records);
+  CHECK(a.clients.events_ring_records == b.clients.events_ring_records);
+  CHECK(a.clients.max_backlog_records == b.clients.max_backlog_records);
+  CHECK(a.clients.spin_us == b.clients.spin_us);
+  CHECK(a.clients.hello_timeout == b.clients.hello_timeout);
 }
 
 std::string temp_path(std::string_view name) {
@@ -149,6 +160,18 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.scheduler.aging_steps == 2048);
   CHECK(sut.scheduler.ewma_alpha == 0.2);
   CHECK(sut.store.max_bytes == 8'589'934'592);
+
+  CHECK(sut.clients.socket_mode == 0666);
+  CHECK(sut.clients.allow_users.empty());
+  CHECK(sut.clients.allow_groups.empty());
+  CHECK(sut.clients.max_clients == 64);
+  CHECK(sut.clients.max_requests == 256);
+  CHECK(sut.clients.max_prompt_bytes == 1'048'576);
+  CHECK(sut.clients.submit_ring_records == 64);
+  CHECK(sut.clients.events_ring_records == 1024);
+  CHECK(sut.clients.max_backlog_records == 8192);
+  CHECK(sut.clients.spin_us == 20);
+  CHECK(sut.clients.hello_timeout == std::chrono::milliseconds(2000));
 }
 
 TEST_CASE("config: the shipped etc/kvlane.toml parses to exactly the defaults") {
@@ -216,6 +239,18 @@ aging_steps = 100
 ewma_alpha = 1
 [store]
 max_bytes = 4294967296
+[clients]
+socket_mode = 0o660
+allow_users = ["alice", 1001]
+allow_groups = ["kvlane"]
+max_clients = 8
+max_requests = 32
+max_prompt_bytes = "64KiB"
+submit_ring_records = 128
+events_ring_records = 4096
+max_backlog_records = 100
+spin_us = 0
+hello_timeout_ms = 500
 )");
 
   CHECK(sut.daemon.runtime_dir == "/run/x");
@@ -261,6 +296,17 @@ max_bytes = 4294967296
   CHECK(sut.scheduler.aging_steps == 100);
   CHECK(sut.scheduler.ewma_alpha == 1.0);
   CHECK(sut.store.max_bytes == 4ull << 30);
+  CHECK(sut.clients.socket_mode == 0660);
+  CHECK(sut.clients.allow_users == std::vector<std::string>{"alice", "1001"});
+  CHECK(sut.clients.allow_groups == std::vector<std::string>{"kvlane"});
+  CHECK(sut.clients.max_clients == 8);
+  CHECK(sut.clients.max_requests == 32);
+  CHECK(sut.clients.max_prompt_bytes == 64 * 1024);
+  CHECK(sut.clients.submit_ring_records == 128);
+  CHECK(sut.clients.events_ring_records == 4096);
+  CHECK(sut.clients.max_backlog_records == 100);
+  CHECK(sut.clients.spin_us == 0);
+  CHECK(sut.clients.hello_timeout == std::chrono::milliseconds(500));
 }
 
 TEST_CASE("config: a syntax error reports source, line and column") {
@@ -316,6 +362,7 @@ TEST_CASE("config: unknown keys are rejected in every table") {
     {"[model.sim.faults.dump]\nfail_every = 1\n", "model[0].sim.faults.dump.fail_every"},
     {"[scheduler]\nquantum = 1\n", "scheduler.quantum"},
     {"[store]\nmax = 1\n", "store.max"},
+    {"[clients]\nallow = []\n", "clients.allow"},
   };
   for (const auto& r : rows) {
     CAPTURE(r.snippet);
@@ -405,6 +452,18 @@ TEST_CASE("config: out-of-range values are errors naming key, line and the allow
     {"[scheduler]\newma_alpha = 0\n", "scheduler.ewma_alpha", "> 0 and <= 1"},
     {"[store]\nmax_bytes = \"1023KiB\"\n", "store.max_bytes", "between 1MiB and 16TiB (got 1023KiB)"},
     {"[store]\nmax_bytes = \"17TiB\"\n", "store.max_bytes", "between 1MiB and 16TiB"},
+    {"[clients]\nsocket_mode = 0o1777\n", "clients.socket_mode", "between 0o000 and 0o777"},
+    {"[clients]\nsocket_mode = 0o066\n", "clients.socket_mode", "owner read and write"},
+    {"[clients]\nallow_users = [-1]\n", "clients.allow_users[0]", "numeric id between 0 and"},
+    {"[clients]\nallow_groups = [\"a b\"]\n", "clients.allow_groups[0]", "user or group name"},
+    {"[clients]\nmax_clients = 0\n", "clients.max_clients", "between 1 and 4096"},
+    {"[clients]\nmax_requests = 65537\n", "clients.max_requests", "between 1 and 65536"},
+    {"[clients]\nmax_prompt_bytes = 100\n", "clients.max_prompt_bytes", "between 256 and 256MiB"},
+    {"[clients]\nsubmit_ring_records = 100\n", "clients.submit_ring_records", "power of two (got 100)"},
+    {"[clients]\nevents_ring_records = 8\n", "clients.events_ring_records", "between 16 and 1048576"},
+    {"[clients]\nmax_backlog_records = 15\n", "clients.max_backlog_records", "between 16 and"},
+    {"[clients]\nspin_us = 100001\n", "clients.spin_us", "between 0 and 100000"},
+    {"[clients]\nhello_timeout_ms = 5\n", "clients.hello_timeout_ms", "between 10 and 60000"},
   };
   for (const auto& r : rows) {
     CAPTURE(r.snippet);
@@ -412,6 +471,15 @@ TEST_CASE("config: out-of-range values are errors naming key, line and the allow
     check_error(e, r.key, 5);
     CHECK(contains(e.message, r.range));
   }
+}
+
+TEST_CASE("config: clients.allow_users takes names and ids, and rejects other types") {
+  const auto e = parse_error(std::string(minimal) + "[clients]\nallow_users = [true]\n");
+  check_error(e, "clients.allow_users[0]", 5);
+  CHECK(contains(e.message, "expected name (string) or numeric id (integer), got boolean"));
+  const auto e2 = parse_error(std::string(minimal) + "[clients]\nallow_users = \"root\"\n");
+  check_error(e2, "clients.allow_users", 5);
+  CHECK(contains(e2.message, "expected array of names or numeric ids, got string"));
 }
 
 TEST_CASE("config: a model name outside [A-Za-z0-9._-]{1,64} is an error") {

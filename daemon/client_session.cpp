@@ -1,0 +1,620 @@
+#include "daemon/client_session.hpp"
+
+#include "actors/engine.hpp"
+#include "daemon/logging.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace kvlane::daemon {
+
+namespace proto = ipc::proto;
+
+namespace {
+
+constexpr std::uint64_t page = 4096;
+
+std::uint64_t round_up(std::uint64_t v, std::uint64_t to) {
+  return (v + to - 1) / to * to;
+}
+
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull
+         + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::uint64_t to_us(double ms) {
+  return ms > 0 && std::isfinite(ms) ? static_cast<std::uint64_t>(std::llround(ms * 1000.0)) : 0;
+}
+
+proto::errc to_wire(actors::submit_errc e) {
+  switch (e) {
+    case actors::submit_errc::unknown_model: return proto::errc::unknown_model;
+    case actors::submit_errc::invalid_request: return proto::errc::invalid_request;
+    case actors::submit_errc::too_long: return proto::errc::too_long;
+    case actors::submit_errc::draining:
+    case actors::submit_errc::shutting_down: return proto::errc::shutting_down;
+  }
+  return proto::errc::internal;
+}
+
+proto::end_reason to_wire(actors::end_reason r) {
+  switch (r) {
+    case actors::end_reason::length: return proto::end_reason::length;
+    case actors::end_reason::stop: return proto::end_reason::stop;
+    case actors::end_reason::cancelled: return proto::end_reason::cancelled;
+    case actors::end_reason::error: return proto::end_reason::error;
+  }
+  return proto::end_reason::error;
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0)
+    ::close(fd);
+  fd = -1;
+}
+
+/// The stream_sink of one request: decodes tokens with the model's tokenizer
+/// and hands records to the session. Called on a CAF worker, one call at a time.
+class session_sink final : public actors::stream_sink {
+public:
+  session_sink(std::shared_ptr<client_session> s, std::uint64_t request_id,
+               std::shared_ptr<backends::backend> backend)
+    : session_(std::move(s)), request_id_(request_id), backend_(std::move(backend)) {}
+
+  void on_tokens(std::span<const actors::token_id> tokens) override {
+    const auto now = monotonic_ns();
+    auto text = utf8_.feed(backend_->tokens().decode(tokens));
+    std::vector<proto::record_bytes> records;
+    proto::pack_tokens(request_id_, now, tokens, text, records);
+    session_->deliver(request_id_, std::move(records));
+  }
+
+  void on_end(const actors::stream_end& end) override {
+    std::vector<proto::record_bytes> records;
+    if (auto rest = utf8_.flush(); !rest.empty())
+      proto::pack_tokens(request_id_, monotonic_ns(), {}, rest, records);
+    proto::end_rec e;
+    e.request_id = request_id_;
+    e.reason = to_wire(end.reason);
+    e.message = end.message;
+    if (end.reason == actors::end_reason::cancelled && session_->overflowed(request_id_)) {
+      e.reason = proto::end_reason::backlog;
+      e.message = "cancelled: the client stopped reading its events";
+    }
+    e.prompt_tokens = end.prompt_tokens;
+    e.generated_tokens = end.generated_tokens;
+    e.preemptions = end.preemptions;
+    e.ttft_us = to_us(end.ttft_ms);
+    e.tpot_us = to_us(end.tpot_ms);
+    e.e2e_us = to_us(end.e2e_ms);
+    proto::encode(e, records.emplace_back());
+    session_->deliver_end(request_id_, std::move(records));
+  }
+
+private:
+  std::shared_ptr<client_session> session_;
+  std::uint64_t request_id_;
+  std::shared_ptr<backends::backend> backend_;
+  proto::utf8_stream utf8_;
+};
+
+} // namespace
+
+client_session::client_session(setup s)
+  : id_(s.id),
+    name_(std::move(s.name)),
+    peer_(s.peer),
+    limits_(*s.limits),
+    engine_(*s.engine),
+    counters_(*s.counters),
+    loop_wake_fd_(s.loop_wake_fd),
+    control_fd_(s.control_fd),
+    tracker_(s.limits->max_requests, static_cast<std::uint32_t>(s.limits->max_prompt_bytes)) {}
+
+client_session::~client_session() {
+  close(true);
+}
+
+expected<std::shared_ptr<client_session>, std::string> client_session::create(setup s) {
+  std::shared_ptr<client_session> self{new client_session(std::move(s))};
+  auto fail = [&](std::string what) {
+    self->control_fd_ = -1; // the caller keeps it
+    return unexpected(what + ": " + std::strerror(errno));
+  };
+
+  const auto& lim = self->limits_;
+  self->submit_geo_ = {0, lim.submit_ring_records, static_cast<std::uint32_t>(proto::record_size)};
+  self->events_geo_ = {round_up(ipc::ring_bytes(lim.submit_ring_records, proto::record_size), page),
+                       lim.events_ring_records, static_cast<std::uint32_t>(proto::record_size)};
+  self->map_size_ = round_up(
+    self->events_geo_.offset + ipc::ring_bytes(lim.events_ring_records, proto::record_size), page);
+
+  self->memfd_ = ::memfd_create("kvlane-client", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (self->memfd_ < 0)
+    return fail("memfd_create");
+  if (::ftruncate(self->memfd_, static_cast<off_t>(self->map_size_)) != 0)
+    return fail("ftruncate of the client memfd");
+  // Commit the pages now: a fault later must never be the daemon's SIGBUS.
+  if (::fallocate(self->memfd_, 0, 0, static_cast<off_t>(self->map_size_)) != 0)
+    return fail("fallocate of the client memfd");
+  void* p = ::mmap(nullptr, self->map_size_, PROT_READ | PROT_WRITE, MAP_SHARED, self->memfd_, 0);
+  if (p == MAP_FAILED)
+    return fail("mmap of the client memfd");
+  self->map_ = static_cast<std::byte*>(p);
+  ipc::ring_init(self->map_, self->submit_geo_);
+  ipc::ring_init(self->map_, self->events_geo_);
+  // The app may write the rings but never resize the memfd under our mapping.
+  if (::fcntl(self->memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return fail("sealing the client memfd");
+  self->submit_efd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  self->events_efd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (self->submit_efd_ < 0 || self->events_efd_ < 0)
+    return fail("eventfd");
+  self->submit_ = ipc::ring_reader(self->map_, self->submit_geo_, true);
+  self->events_ = ipc::ring_writer(self->map_, self->events_geo_, true);
+  return self;
+}
+
+expected<void, std::string> client_session::send_welcome() {
+  proto::welcome_msg w;
+  w.client_id = id_;
+  w.memfd_size = map_size_;
+  w.submit_offset = submit_geo_.offset;
+  w.submit_capacity = submit_geo_.capacity;
+  w.events_offset = events_geo_.offset;
+  w.events_capacity = events_geo_.capacity;
+  w.spin_us = limits_.spin_us;
+  w.max_requests = limits_.max_requests;
+  w.max_prompt_bytes = static_cast<std::uint32_t>(limits_.max_prompt_bytes);
+  if (!engine_.models().empty())
+    w.default_model = engine_.models().front().name;
+  auto bytes = proto::encode(w);
+
+  iovec iov{bytes.data(), bytes.size()};
+  const int fds[3] = {memfd_, submit_efd_, events_efd_};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)]{};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof fds);
+  std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+  if (::sendmsg(control_fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size()))
+    return unexpected(std::string{"sending the welcome: "} + std::strerror(errno));
+  return {};
+}
+
+bool client_session::prepare_sleep() {
+  return submit_.valid() && submit_.prepare_sleep();
+}
+
+void client_session::done_waiting() {
+  if (submit_.valid())
+    submit_.done_waiting();
+}
+
+std::size_t client_session::live_requests() const {
+  std::lock_guard lock{mu_};
+  return requests_.size();
+}
+
+bool client_session::drain_submit() {
+  if (closed_ || !submit_.valid())
+    return true;
+  proto::record_bytes raw;
+  for (int n = 0;; ++n) {
+    const auto st = submit_.try_pop(raw);
+    if (st == ipc::ring_status::empty)
+      break;
+    if (st == ipc::ring_status::corrupt) {
+      fail(proto::errc::ring_corrupt,
+           "submit ring: the tail index in shared memory is impossible (behind the daemon's "
+           "head or more than a ring ahead of it)");
+      return false;
+    }
+    counters_.records_in.fetch_add(1, std::memory_order_relaxed);
+    if (!handle_record(raw))
+      return false;
+    if (n % 64 == 63 && backlogged())
+      flush();
+  }
+  if (backlogged())
+    flush();
+  return true;
+}
+
+bool client_session::handle_record(const proto::record_bytes& raw) {
+  auto rec = proto::decode_record(raw);
+  if (!rec) {
+    std::uint64_t id = 0;
+    std::memcpy(&id, raw.data() + 8, sizeof id);
+    fail(rec.error().code, "submit ring: " + rec.error().message, id);
+    return false;
+  }
+  if (auto* s = std::get_if<proto::submit_rec>(&*rec)) {
+    const auto id = s->request_id;
+    const auto model_name = s->model.empty() && !engine_.models().empty()
+                              ? engine_.models().front().name
+                              : s->model;
+    std::uint32_t limit = static_cast<std::uint32_t>(limits_.max_prompt_bytes);
+    if (const auto* m = engine_.find_model(model_name); m && s->kind == proto::prompt_kind::tokens)
+      limit = static_cast<std::uint32_t>(std::min<std::uint64_t>(4ull * m->info.max_context, limit));
+    expected<std::optional<proto::complete_submit>, proto::protocol_error> r =
+      std::optional<proto::complete_submit>{};
+    {
+      std::lock_guard lock{mu_};
+      r = tracker_.on_submit(std::move(*s), limit);
+      if (r) {
+        requests_[id] = request_state{model_name, 0, false};
+        counters_.requests_live.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    if (!r) {
+      if (r.error().code == proto::errc::too_long) {
+        push_error(id, r.error().code, r.error().message);
+        return true;
+      }
+      fail(r.error().code, r.error().message, id);
+      return false;
+    }
+    if (*r)
+      submit_to_engine(std::move(**r));
+    return true;
+  }
+  if (auto* c = std::get_if<proto::chunk_rec>(&*rec)) {
+    const auto id = c->request_id;
+    expected<std::optional<proto::complete_submit>, proto::protocol_error> r =
+      std::optional<proto::complete_submit>{};
+    {
+      std::lock_guard lock{mu_};
+      r = tracker_.on_chunk(std::move(*c));
+    }
+    if (!r) {
+      fail(r.error().code, r.error().message, id);
+      return false;
+    }
+    if (*r)
+      submit_to_engine(std::move(**r));
+    return true;
+  }
+  if (auto* x = std::get_if<proto::cancel_rec>(&*rec)) {
+    const auto id = x->request_id;
+    std::string model;
+    std::uint64_t seq = 0;
+    bool was_assembling = false;
+    {
+      std::lock_guard lock{mu_};
+      was_assembling = tracker_.on_cancel(id);
+      auto it = requests_.find(id);
+      if (it != requests_.end()) {
+        if (was_assembling) {
+          requests_.erase(it);
+          counters_.requests_live.fetch_sub(1, std::memory_order_relaxed);
+        } else {
+          model = it->second.model;
+          seq = it->second.seq;
+        }
+      }
+    }
+    if (was_assembling) {
+      std::vector<proto::record_bytes> records(1);
+      proto::end_rec e;
+      e.request_id = id;
+      e.reason = proto::end_reason::cancelled;
+      e.message = "cancelled before the prompt was complete";
+      proto::encode(e, records[0]);
+      {
+        std::lock_guard lock{mu_};
+        std::vector<std::pair<std::string, std::uint64_t>> none;
+        enqueue_locked(id, records, true, none);
+      }
+      flush();
+    } else if (seq != 0) {
+      engine_.cancel(model, seq);
+    }
+    return true;
+  }
+  const auto type = static_cast<unsigned>(std::to_integer<std::uint8_t>(raw[0]));
+  fail(proto::errc::bad_message,
+       "submit ring: record type " + std::to_string(type) + " is an event, not a request");
+  return false;
+}
+
+void client_session::submit_to_engine(proto::complete_submit c) {
+  const auto id = c.head.request_id;
+  actors::submit_request req;
+  req.model = c.head.model.empty() && !engine_.models().empty() ? engine_.models().front().name
+                                                                 : c.head.model;
+  req.client = name_ + "#" + std::to_string(id_);
+  req.priority = c.head.prio == proto::priority::batch ? actors::priority_class::batch
+                                                       : actors::priority_class::interactive;
+  if (c.head.kind == proto::prompt_kind::text)
+    req.prompt_text = std::move(c.prompt);
+  else
+    req.prompt_tokens.assign(c.tokens.begin(), c.tokens.end());
+  req.sampling.temperature = c.head.temperature;
+  req.sampling.top_k = c.head.top_k;
+  req.sampling.top_p = c.head.top_p;
+  req.sampling.seed = c.head.seed;
+  req.sampling.max_tokens = c.head.max_tokens;
+  req.sampling.stop_tokens.assign(c.head.stop_tokens.begin(), c.head.stop_tokens.end());
+  req.stop_at_eos = c.head.stop_at_eos;
+
+  const auto* m = engine_.find_model(req.model);
+  const auto model = req.model;
+  auto sink = std::make_shared<session_sink>(shared_from_this(), id,
+                                             m ? m->backend : std::shared_ptr<backends::backend>{});
+  auto r = engine_.submit(std::move(req), std::move(sink));
+  if (!r) {
+    {
+      std::lock_guard lock{mu_};
+      if (requests_.erase(id) != 0)
+        counters_.requests_live.fetch_sub(1, std::memory_order_relaxed);
+      tracker_.finished(id);
+    }
+    push_error(id, to_wire(r.error().code), r.error().message);
+    return;
+  }
+  bool cancel_now = false;
+  {
+    std::lock_guard lock{mu_};
+    if (auto it = requests_.find(id); it != requests_.end()) {
+      it->second.seq = *r;
+      cancel_now = it->second.overflowed;
+    }
+  }
+  if (cancel_now)
+    engine_.cancel(model, *r);
+}
+
+void client_session::push_error(std::uint64_t request_id, proto::errc code, std::string message) {
+  std::vector<proto::record_bytes> records(1);
+  proto::error_rec e;
+  e.request_id = request_id;
+  e.code = code;
+  e.message = std::move(message);
+  proto::encode(e, records[0]);
+  {
+    std::lock_guard lock{mu_};
+    if (closed_)
+      return;
+    std::vector<std::pair<std::string, std::uint64_t>> none;
+    enqueue_locked(request_id, records, true, none);
+  }
+  flush();
+}
+
+void client_session::enqueue_locked(std::uint64_t request_id,
+                                    std::vector<proto::record_bytes>& records, bool force,
+                                    std::vector<std::pair<std::string, std::uint64_t>>& to_cancel) {
+  if (!force) {
+    auto it = requests_.find(request_id);
+    if (it == requests_.end() || it->second.overflowed)
+      return;
+    if (outbox_.size() + records.size() > limits_.max_backlog_records) {
+      // The app stopped reading: cancel all of its requests, keep their ends.
+      std::size_t n = 0;
+      for (auto& [rid, st] : requests_) {
+        if (st.overflowed)
+          continue;
+        st.overflowed = true;
+        ++n;
+        if (st.seq != 0)
+          to_cancel.emplace_back(st.model, st.seq);
+      }
+      counters_.backlog_cancels.fetch_add(n, std::memory_order_relaxed);
+      logging::get("ipc")->warn("client '{}' #{} (pid {}) stopped reading: {} events buffered; "
+                                "cancelling its {} request(s)",
+                                name_, id_, peer_.pid, outbox_.size(), n);
+      return;
+    }
+  }
+  for (auto& r : records)
+    outbox_.push_back(r);
+  outbox_size_.store(outbox_.size(), std::memory_order_relaxed);
+}
+
+void client_session::deliver(std::uint64_t request_id, std::vector<proto::record_bytes>&& records) {
+  std::vector<std::pair<std::string, std::uint64_t>> to_cancel;
+  {
+    std::lock_guard lock{mu_};
+    if (closed_)
+      return;
+    enqueue_locked(request_id, records, false, to_cancel);
+  }
+  for (auto& [model, seq] : to_cancel)
+    engine_.cancel(model, seq);
+  flush();
+}
+
+void client_session::deliver_end(std::uint64_t request_id,
+                                 std::vector<proto::record_bytes>&& records) {
+  {
+    std::lock_guard lock{mu_};
+    if (closed_)
+      return;
+    std::vector<std::pair<std::string, std::uint64_t>> none;
+    enqueue_locked(request_id, records, true, none);
+    if (requests_.erase(request_id) != 0)
+      counters_.requests_live.fetch_sub(1, std::memory_order_relaxed);
+    tracker_.finished(request_id);
+  }
+  flush();
+}
+
+bool client_session::overflowed(std::uint64_t request_id) const {
+  std::lock_guard lock{mu_};
+  auto it = requests_.find(request_id);
+  return it != requests_.end() && it->second.overflowed;
+}
+
+void client_session::flush() {
+  for (;;) {
+    std::unique_lock writer{writer_mu_, std::try_to_lock};
+    if (!writer.owns_lock())
+      return; // the holder re-checks the outbox after it unlocks
+    std::size_t wrote = 0;
+    bool full = false;
+    {
+      std::lock_guard lock{mu_};
+      if (closed_)
+        return;
+      while (!outbox_.empty()) {
+        const auto st = events_.try_push(outbox_.front());
+        if (st == ipc::ring_status::ok) {
+          outbox_.pop_front();
+          ++wrote;
+        } else if (st == ipc::ring_status::full) {
+          // Ask the app to kick our loop when it has made room.
+          if (events_.prepare_wait_for_room())
+            continue;
+          full = true;
+          break;
+        } else {
+          outbox_size_.store(outbox_.size(), std::memory_order_relaxed);
+          doom("events ring: the head index in shared memory is impossible");
+          return;
+        }
+      }
+      outbox_size_.store(outbox_.size(), std::memory_order_relaxed);
+    }
+    if (wrote != 0) {
+      counters_.records_out.fetch_add(wrote, std::memory_order_relaxed);
+      if (events_.reader_sleeping())
+        signal_reader();
+    }
+    writer.unlock();
+    if (full || outbox_size_.load(std::memory_order_relaxed) == 0)
+      return;
+  }
+}
+
+void client_session::signal_reader() {
+  // A saturated eventfd already wakes the reader; never risk a blocking write.
+  pollfd p{events_efd_, POLLOUT, 0};
+  if (::poll(&p, 1, 0) == 1 && (p.revents & POLLOUT))
+    ipc::eventfd_signal(events_efd_);
+}
+
+void client_session::doom(std::string why) {
+  {
+    std::lock_guard lock{doom_mu_};
+    if (doomed_.load(std::memory_order_relaxed))
+      return;
+    doom_reason_ = std::move(why);
+    doomed_.store(true, std::memory_order_release);
+  }
+  ipc::eventfd_signal(loop_wake_fd_);
+}
+
+client_session::control_event client_session::handle_control() {
+  std::array<std::byte, proto::max_control_size + 1> buf{};
+  const auto n = ::recv(control_fd_, buf.data(), buf.size(), MSG_DONTWAIT | MSG_TRUNC);
+  if (n == 0)
+    return control_event::closed;
+  if (n < 0)
+    return errno == EAGAIN || errno == EINTR ? control_event::none : control_event::closed;
+  if (static_cast<std::size_t>(n) > proto::max_control_size) {
+    fail(proto::errc::bad_message,
+         "control message of " + std::to_string(n) + " bytes exceeds the limit of " +
+           std::to_string(proto::max_control_size));
+    return control_event::closed;
+  }
+  auto msg = proto::decode_control(std::span<const std::byte>{buf.data(), static_cast<std::size_t>(n)});
+  if (!msg) {
+    fail(msg.error().code, "control socket: " + msg.error().message);
+    return control_event::closed;
+  }
+  if (std::holds_alternative<proto::stats_request_msg>(*msg))
+    return control_event::stats;
+  fail(proto::errc::bad_message,
+       std::holds_alternative<proto::hello_msg>(*msg)
+         ? "control socket: a second hello after the handshake"
+         : "control socket: this message type is only sent by the daemon");
+  return control_event::closed;
+}
+
+bool client_session::send_control(const std::vector<std::byte>& bytes) {
+  return ::send(control_fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL)
+         == static_cast<ssize_t>(bytes.size());
+}
+
+void client_session::fail(proto::errc code, std::string message, std::uint64_t request_id) {
+  counters_.violations.fetch_add(1, std::memory_order_relaxed);
+  logging::get("ipc")->warn("client '{}' #{} (pid {}, uid {}): {} ({}); closing the connection",
+                            name_, id_, peer_.pid, peer_.uid, message, proto::to_string(code));
+  proto::fatal_msg f;
+  f.code = code;
+  f.request_id = request_id;
+  f.message = message;
+  send_control(proto::encode(f));
+  if (code == proto::errc::ring_corrupt || doomed())
+    return;
+  // Also tell the reader of the events ring, if it still works.
+  proto::error_rec e;
+  e.request_id = request_id;
+  e.code = code;
+  e.message = std::move(message);
+  proto::record_bytes rec;
+  proto::encode(e, rec);
+  std::lock_guard writer{writer_mu_};
+  std::lock_guard lock{mu_};
+  if (!closed_ && events_.try_push(rec) == ipc::ring_status::ok && events_.reader_sleeping())
+    signal_reader();
+}
+
+std::string client_session::doom_reason() const {
+  std::lock_guard lock{doom_mu_};
+  return doom_reason_;
+}
+
+void client_session::close(bool shutting_down) {
+  std::vector<std::pair<std::string, std::uint64_t>> cancels;
+  {
+    std::lock_guard writer{writer_mu_};
+    std::lock_guard lock{mu_};
+    if (closed_)
+      return;
+    closed_ = true;
+    for (auto& [rid, st] : requests_)
+      if (st.seq != 0)
+        cancels.emplace_back(st.model, st.seq);
+    counters_.requests_live.fetch_sub(requests_.size(), std::memory_order_relaxed);
+    requests_.clear();
+    outbox_.clear();
+    outbox_size_.store(0, std::memory_order_relaxed);
+    events_ = ipc::ring_writer{};
+    submit_ = ipc::ring_reader{};
+    if (map_ != nullptr)
+      ::munmap(map_, map_size_);
+    map_ = nullptr;
+    close_fd(memfd_);
+    close_fd(submit_efd_);
+    close_fd(events_efd_);
+    close_fd(control_fd_);
+  }
+  for (auto& [model, seq] : cancels)
+    engine_.cancel(model, seq);
+  if (!shutting_down)
+    counters_.disconnect_cancels.fetch_add(cancels.size(), std::memory_order_relaxed);
+  if (!cancels.empty() || !shutting_down)
+    logging::get("ipc")->info("client '{}' #{} (pid {}) disconnected; cancelled {} request(s)",
+                              name_, id_, peer_.pid, cancels.size());
+}
+
+} // namespace kvlane::daemon

@@ -1,0 +1,96 @@
+#pragma once
+
+// kvlane::daemon::gateway — the client control socket and the IPC loop.
+//
+// Problem it solves: many local apps connect at once; each must be
+// authenticated, handed its own rings, served, and cleaned up when it goes
+// away — with a small, fixed number of daemon threads.
+//
+// Threads: one, the IPC loop. It epolls the listening socket
+// (<runtime_dir>/kvlane.sock, SOCK_SEQPACKET), every connection's control
+// socket, every client's submit eventfd (edge-triggered, never read) and a
+// private wake-up eventfd. It accepts and authenticates connections
+// (SO_PEERCRED against [clients] allow_users / allow_groups), answers
+// hello/stats, drains submit rings into the engine, retries event delivery to
+// apps whose events ring was full, and closes sessions whose control socket
+// hung up (cancelling their requests). Token delivery itself does not pass
+// through this thread: each request's sink writes into its app's events ring
+// directly (see client_session). Hand-shakes are non-blocking: a connection
+// that does not say hello within hello_timeout_ms is refused.
+//
+// Lifecycle: create() binds the socket (refusing to replace a live daemon's
+// socket, removing a stale one) and starts the loop; stop() ends every
+// session (fatal{shutting_down} to each app), joins the loop and unlinks the
+// socket. stop() and the destructor run on the owner's thread.
+
+#include "common/expected.hpp"
+#include "daemon/client_session.hpp"
+#include "daemon/config.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <sys/types.h>
+#include <thread>
+
+namespace kvlane::actors {
+class engine;
+} // namespace kvlane::actors
+
+namespace kvlane::daemon {
+
+class gateway {
+public:
+  /// Resolves the allow lists, binds `socket_path` and starts the loop.
+  static expected<std::unique_ptr<gateway>, std::string>
+  create(const clients_section& cfg, std::string socket_path, actors::engine& engine);
+  ~gateway();
+  gateway(const gateway&) = delete;
+  gateway& operator=(const gateway&) = delete;
+
+  /// Ends every session, stops the loop, removes the socket. Idempotent.
+  void stop();
+
+  const std::string& socket_path() const noexcept { return path_; }
+  /// Current figures (engine_live and store figures are filled by the loop's
+  /// stats handler only; here they are zero).
+  const gateway_counters& counters() const noexcept { return counters_; }
+
+private:
+  gateway(const clients_section& cfg, std::string path, actors::engine& engine);
+
+  void run();
+  void accept_all();
+  void handle_pending(int fd);
+  void refuse(int fd, ipc::proto::errc code, const std::string& message);
+  void close_session(std::uint64_t id, bool shutting_down);
+  bool allowed(const ucred& c) const;
+  ipc::proto::stats_reply_msg stats();
+
+  struct pending_conn {
+    int fd = -1;
+    ucred peer{};
+    std::chrono::steady_clock::time_point deadline;
+  };
+
+  clients_section cfg_;
+  std::string path_;
+  actors::engine& engine_;
+  std::set<uid_t> allow_uids_;
+  std::set<gid_t> allow_gids_;
+  std::set<uid_t> group_member_uids_; ///< users listed as members of an allowed group
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread loop_;
+  std::uint64_t next_id_ = 1;
+  std::map<int, pending_conn> pending_;                          ///< by fd
+  std::map<std::uint64_t, std::shared_ptr<client_session>> sessions_; ///< by id
+  gateway_counters counters_;
+};
+
+} // namespace kvlane::daemon
