@@ -335,6 +335,7 @@ public:
       i.tokens_out = s->generated;
       i.level = s->level;
       i.preemptions = s->preemptions;
+      i.slot = s->slot ? static_cast<std::int32_t>(*s->slot) : -1;
       i.age_ms = ms_between(s->arrived, now);
       out.push_back(std::move(i));
     }

@@ -99,6 +99,7 @@ struct sequence_info {
   std::uint32_t tokens_out = 0; ///< generated so far
   std::uint32_t level = 0;      ///< MLFQ level
   std::uint32_t preemptions = 0;
+  std::int32_t slot = -1;       ///< the KV slot it holds, -1 if none
   double age_ms = 0;            ///< since the scheduler received it
 };
 using sequence_list_ptr = std::shared_ptr<const std::vector<sequence_info>>;

@@ -62,7 +62,11 @@ json status(const admin_services& s) {
   auto uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started);
   json models = json::array();
   for (auto& st : all_stats(s)) {
+    const auto* m = s.engine->find_model(st.model);
+    auto busy = [](const auto& hb) { return hb && hb->busy_since_ns.load() != 0; };
     models.push_back({{"name", st.model},
+                      {"compute_busy", m && busy(m->compute_heartbeat)},
+                      {"transfer_busy", m && busy(m->transfer_heartbeat)},
                       {"slots", st.slots},
                       {"slots_busy", st.slots_busy},
                       {"resident", st.resident},
@@ -111,6 +115,7 @@ json ps(const admin_services& s) {
                     {"tokens_out", q.tokens_out},
                     {"level", q.level},
                     {"preemptions", q.preemptions},
+                    {"slot", q.slot},
                     {"age_s", q.age_ms / 1000}});
   return {{"sequences", std::move(seqs)}};
 }

@@ -1,0 +1,370 @@
+#include "tools/admin_client.hpp"
+
+#include "daemon/app.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <optional>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace kvlane::tools {
+
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr std::array<std::string_view, 9> commands{"status", "ps",     "cancel",  "drain", "resume",
+                                                   "reload", "log-level", "metrics", "top"};
+
+constexpr const char* usage_text =
+  "usage: kvlane <command> [--socket PATH] [--json] [args]\n"
+  "  status                 version, uptime, models, slots, queues, store, mode\n"
+  "  ps                     one line per live sequence\n"
+  "  cancel ID              cancel a sequence\n"
+  "  drain [--no-wait]      stop admitting, wait for running work to finish, report\n"
+  "  resume                 admit new requests again after a drain\n"
+  "  reload                 re-read the configuration and apply what can change live\n"
+  "  log-level LOGGER LEVEL set a logger's level (LOGGER '*' = all)\n"
+  "  metrics                Prometheus text\n"
+  "  top                    live view, refreshed every second (q or Ctrl-C quits)\n";
+
+int fail(int code, const std::string& message) {
+  std::fprintf(stderr, "kvlane: %s\n", message.c_str());
+  return code;
+}
+
+// One admin connection; each request gets one response line.
+class connection {
+public:
+  static std::optional<connection> open(const std::string& path, std::string& error) {
+    sockaddr_un addr{};
+    if (path.size() >= sizeof addr.sun_path) {
+      error = "socket path too long: " + path;
+      return std::nullopt;
+    }
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      int e = errno;
+      ::close(fd);
+      if (e == ENOENT || e == ECONNREFUSED)
+        error = fmt::format("kvlaned is not running (no admin socket at {})", path);
+      else if (e == EACCES || e == EPERM)
+        error = fmt::format("permission denied on {}: this user is not a kvlane admin", path);
+      else
+        error = fmt::format("cannot connect to {}: {}", path, std::strerror(e));
+      return std::nullopt;
+    }
+    return connection{fd};
+  }
+
+  connection(connection&& o) noexcept : fd_(std::exchange(o.fd_, -1)), buf_(std::move(o.buf_)) {}
+  ~connection() {
+    if (fd_ >= 0)
+      ::close(fd_);
+  }
+
+  /// Sends a request; returns the parsed response or an error message.
+  std::optional<json> ask(const json& request, std::string& error) {
+    auto line = request.dump() + "\n";
+    if (::send(fd_, line.data(), line.size(), MSG_NOSIGNAL) != ssize_t(line.size())) {
+      error = "the daemon closed the admin connection";
+      return std::nullopt;
+    }
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    for (;;) {
+      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
+        auto reply = json::parse(buf_.substr(0, nl), nullptr, false);
+        buf_.erase(0, nl + 1);
+        if (reply.is_discarded()) {
+          error = "the daemon sent a malformed response";
+          return std::nullopt;
+        }
+        return reply;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
+        error = "the daemon did not answer within 30 s";
+        return std::nullopt;
+      }
+      char chunk[65536];
+      auto n = ::recv(fd_, chunk, sizeof chunk, 0);
+      if (n <= 0) {
+        error = "the daemon closed the admin connection";
+        return std::nullopt;
+      }
+      buf_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+private:
+  explicit connection(int fd) : fd_(fd) {}
+  int fd_;
+  std::string buf_;
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} {}", b, units[u]) : fmt::format("{:.1f} {}", b, units[u]);
+}
+
+std::string human_duration(double s) {
+  if (s < 60)
+    return fmt::format("{:.0f}s", s);
+  if (s < 3600)
+    return fmt::format("{:.0f}m{:02.0f}s", std::floor(s / 60), std::fmod(s, 60));
+  return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::fmod(s / 60, 60));
+}
+
+std::string bar(double fraction, int width) {
+  fraction = std::clamp(fraction, 0.0, 1.0);
+  int full = static_cast<int>(std::lround(fraction * width));
+  return std::string(full, '#') + std::string(width - full, '.');
+}
+
+void print_status(const json& r) {
+  fmt::print("kvlaned {}  up {}  mode {}  {}  clients {}\n", r["version"].get<std::string>(),
+             human_duration(r["uptime_s"].get<double>()), r["mode"].get<std::string>(),
+             r["admitting"].get<bool>() ? "admitting" : "DRAINING", r["clients"].get<std::uint64_t>());
+  for (auto& m : r["models"])
+    fmt::print("model {:<20} slots {:>3}/{:<3} queued {} interactive, {} batch  parked {}  "
+               "tokens {}  preemptions {} (swap {}, recompute {})\n",
+               m["name"].get<std::string>(), m["slots_busy"].get<int>(), m["slots"].get<int>(),
+               m["queued_interactive"].get<int>(), m["queued_batch"].get<int>(),
+               m["parked"].get<int>(), m["tokens_generated"].get<std::uint64_t>(),
+               m["preemptions"].get<std::uint64_t>(), m["swaps"].get<std::uint64_t>(),
+               m["recomputes"].get<std::uint64_t>());
+  auto& s = r["store"];
+  fmt::print("store {} used, {} committed of {} ({} snapshots, {} evictions)\n",
+             human_bytes(s["used_bytes"].get<double>()),
+             human_bytes(s["committed_bytes"].get<double>()),
+             human_bytes(s["limit_bytes"].get<double>()), s["snapshots"].get<std::uint64_t>(),
+             s["evictions"].get<std::uint64_t>());
+}
+
+void print_ps(const json& r) {
+  fmt::print("{:>8} {:<16} {:<16} {:<11} {:<9} {:>4} {:>7} {:>7} {:>7}\n", "ID", "CLIENT", "MODEL",
+             "PRIORITY", "STATE", "SLOT", "IN", "OUT", "AGE");
+  for (auto& q : r["sequences"]) {
+    auto slot = q["slot"].get<int>();
+    fmt::print("{:>8} {:<16.16} {:<16.16} {:<11} {:<9} {:>4} {:>7} {:>7} {:>7}\n",
+               q["id"].get<std::uint64_t>(), q["client"].get<std::string>(),
+               q["model"].get<std::string>(), q["priority"].get<std::string>(),
+               q["state"].get<std::string>(), slot < 0 ? std::string{"-"} : std::to_string(slot),
+               q["tokens_in"].get<std::uint32_t>(), q["tokens_out"].get<std::uint32_t>(),
+               human_duration(q["age_s"].get<double>()));
+  }
+}
+
+// The live view: per-slot state, lanes, tokens/s, store usage.
+int run_top(connection& c) {
+  std::uint64_t last_tokens = 0;
+  auto last_time = std::chrono::steady_clock::now();
+  bool first = true;
+  for (;;) {
+    std::string err;
+    auto st = c.ask({{"cmd", "status"}}, err);
+    auto ps = st ? c.ask({{"cmd", "ps"}}, err) : std::nullopt;
+    if (!st || !ps)
+      return fail(2, err);
+    if (st->contains("error"))
+      return fail(1, (*st)["error"]["message"].get<std::string>());
+    std::uint64_t tokens = 0;
+    for (auto& m : (*st)["models"])
+      tokens += m["tokens_generated"].get<std::uint64_t>();
+    auto now = std::chrono::steady_clock::now();
+    double dt = std::chrono::duration<double>(now - last_time).count();
+    double rate = first || dt <= 0 ? 0 : double(tokens - last_tokens) / dt;
+    last_tokens = tokens;
+    last_time = now;
+    first = false;
+
+    std::string out = "\x1b[H\x1b[2J";
+    auto w = std::back_inserter(out);
+    fmt::format_to(w, "kvlane top — {} — mode {} — {:.0f} tokens/s — clients {} — {}\n\n",
+                   (*st)["version"].get<std::string>(), (*st)["mode"].get<std::string>(), rate,
+                   (*st)["clients"].get<std::uint64_t>(),
+                   (*st)["admitting"].get<bool>() ? "admitting" : "DRAINING");
+    for (auto& m : (*st)["models"]) {
+      auto name = m["name"].get<std::string>();
+      int slots = m["slots"].get<int>();
+      std::vector<std::string> cells(static_cast<std::size_t>(slots), "·");
+      for (auto& q : (*ps)["sequences"]) {
+        auto slot = q["slot"].get<int>();
+        if (q["model"] != name || slot < 0 || slot >= slots)
+          continue;
+        auto state = q["state"].get<std::string>();
+        cells[static_cast<std::size_t>(slot)] = state == "dumping" ? "D" : state == "loading" ? "L"
+                                                : q["priority"] == "interactive"       ? "I"
+                                                                                      : "B";
+      }
+      std::string row;
+      for (auto& c : cells)
+        row += c;
+      fmt::format_to(w,
+                     "{:<16} slots [{}] {}/{}  compute {}  transfer {}\n"
+                     "{:<16} queued {} interactive, {} batch; parked {}; swaps {}, recomputes {}\n",
+                     name, row, m["slots_busy"].get<int>(), slots,
+                     m["compute_busy"].get<bool>() ? "BUSY" : "idle",
+                     m["transfer_busy"].get<bool>() ? "BUSY" : "idle", "",
+                     m["queued_interactive"].get<int>(), m["queued_batch"].get<int>(),
+                     m["parked"].get<int>(), m["swaps"].get<std::uint64_t>(),
+                     m["recomputes"].get<std::uint64_t>());
+    }
+    auto& s = (*st)["store"];
+    double limit = std::max(1.0, s["limit_bytes"].get<double>());
+    fmt::format_to(w, "\nstore [{}] {} committed of {}\n", bar(s["committed_bytes"].get<double>() / limit, 40),
+                   human_bytes(s["committed_bytes"].get<double>()), human_bytes(limit));
+    fmt::format_to(w, "slots: I interactive, B batch, L loading, D dumping, · free\n\n");
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    print_ps(*ps);
+    std::fflush(stdout);
+    // Wait a second, or less if the user types q.
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    if (::poll(&p, 1, 1000) > 0) {
+      char ch = 0;
+      if (::read(STDIN_FILENO, &ch, 1) <= 0 || ch == 'q')
+        return 0;
+    }
+  }
+}
+
+} // namespace
+
+bool is_admin_command(std::string_view command) {
+  return std::find(commands.begin(), commands.end(), command) != commands.end();
+}
+
+std::string default_admin_socket() {
+  return daemon::resolve_runtime_dir({}) + "/kvlane-admin.sock";
+}
+
+int admin_main(int argc, char** argv) {
+  std::string cmd = argv[0];
+  std::string socket = default_admin_socket();
+  bool as_json = false, wait = true;
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a{argv[i]};
+    if (a == "--json")
+      as_json = true;
+    else if (a == "--no-wait")
+      wait = false;
+    else if (a == "--socket" && i + 1 < argc)
+      socket = argv[++i];
+    else if (a == "--help" || a == "-h") {
+      std::fputs(usage_text, stdout);
+      return 0;
+    } else if (a.starts_with("--"))
+      return fail(64, fmt::format("{}: unknown option '{}'\n{}", cmd, a, usage_text));
+    else
+      args.emplace_back(a);
+  }
+
+  json req{{"cmd", cmd}};
+  std::size_t want_args = 0;
+  if (cmd == "cancel") {
+    want_args = 1;
+    std::uint64_t id = 0;
+    if (args.size() == 1) {
+      auto [p, ec] = std::from_chars(args[0].data(), args[0].data() + args[0].size(), id);
+      if (ec != std::errc{} || p != args[0].data() + args[0].size())
+        return fail(64, fmt::format("cancel: '{}' is not a sequence id", args[0]));
+    }
+    req["id"] = id;
+  } else if (cmd == "log-level") {
+    want_args = 2;
+    if (args.size() == 2) {
+      req["logger"] = args[0];
+      req["level"] = args[1];
+    }
+  }
+  if (args.size() != want_args)
+    return fail(64, fmt::format("{}: expected {} argument(s)\n{}", cmd, want_args, usage_text));
+
+  std::string err;
+  auto c = connection::open(socket, err);
+  if (!c)
+    return fail(2, err);
+  if (cmd == "top")
+    return run_top(*c);
+
+  auto r = c->ask(req, err);
+  if (!r)
+    return fail(2, err);
+  if (r->contains("error")) {
+    if (as_json)
+      fmt::print("{}\n", r->dump());
+    auto& e = (*r)["error"];
+    return fail(e["code"] == "not_allowed" ? 2 : 1,
+                fmt::format("{}: {}", e["code"].get<std::string>(), e["message"].get<std::string>()));
+  }
+  if (cmd == "drain" && wait) {
+    // Poll until the running work is done, then report.
+    auto started = std::chrono::steady_clock::now();
+    auto initial = (*r)["active"].get<std::uint64_t>();
+    for (;;) {
+      auto ps = c->ask({{"cmd", "ps"}}, err);
+      if (!ps)
+        return fail(2, err);
+      if ((*ps)["sequences"].empty())
+        break;
+      std::this_thread::sleep_for(200ms); // a person is waiting, not a test
+    }
+    auto took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    (*r)["active"] = 0;
+    (*r)["finished"] = initial;
+    (*r)["seconds"] = took;
+    if (!as_json) {
+      fmt::print("drained: {} sequence(s) finished in {:.1f} s; no new requests are admitted "
+                 "(kvlane resume to admit again)\n",
+                 initial, took);
+      return 0;
+    }
+  }
+  if (as_json) {
+    fmt::print("{}\n", r->dump());
+    return 0;
+  }
+  if (cmd == "status")
+    print_status(*r);
+  else if (cmd == "ps")
+    print_ps(*r);
+  else if (cmd == "metrics")
+    std::fputs((*r)["text"].get<std::string>().c_str(), stdout);
+  else if (cmd == "reload") {
+    for (auto& a : (*r)["applied"])
+      fmt::print("applied: {}\n", a.get<std::string>());
+    for (auto& a : (*r)["needs_restart"])
+      fmt::print("needs a restart: {}\n", a.get<std::string>());
+    if ((*r)["applied"].empty() && (*r)["needs_restart"].empty())
+      fmt::print("nothing changed\n");
+  } else if (cmd == "drain")
+    fmt::print("draining: {} sequence(s) still running\n", (*r)["active"].get<std::uint64_t>());
+  else
+    fmt::print("{}\n", r->dump());
+  return 0;
+}
+
+} // namespace kvlane::tools
