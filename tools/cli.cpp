@@ -4,10 +4,17 @@
 #include "daemon/config.hpp"
 #include "tools/probe.hpp"
 
+#include <kvlane/client.hpp>
+
 #include <fmt/format.h>
 
+#include <atomic>
 #include <charconv>
+#include <csignal>
 #include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <unistd.h>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +27,7 @@ constexpr const char* usage_text =
   "usage: kvlane <command> [options]\n"
   "\n"
   "commands:\n"
+  "  run      send a prompt to kvlaned and stream the answer to stdout\n"
   "  probe    measure a backend: step time vs rows/tokens, dump/load time and\n"
   "           bandwidth, and whether transfers overlap compute\n"
   "\n"
@@ -32,7 +40,21 @@ constexpr const char* usage_text =
   "  --overlap MODE       sim only: override [model.sim] overlap (full|none|shared)\n"
   "  --json               print one JSON object instead of text\n"
   "\n"
-  "The probe overwrites every slot of the device: run it with kvlaned stopped.\n";
+  "The probe overwrites every slot of the device: run it with kvlaned stopped.\n"
+  "\n"
+  "run options:  kvlane run [options] [\"prompt\"]   (no prompt: read it from stdin)\n"
+  "  --model NAME                model (default: the daemon's first model)\n"
+  "  --priority interactive|batch  scheduling class (default interactive)\n"
+  "  --max-tokens N              tokens to generate (default 256)\n"
+  "  --temperature X --top-k N --top-p X --seed N   sampling (default greedy)\n"
+  "  --socket PATH               daemon socket (default $KVLANE_SOCKET, else\n"
+  "                              /run/kvlane/kvlane.sock as root, else\n"
+  "                              $XDG_RUNTIME_DIR/kvlane/kvlane.sock)\n"
+  "  --timeout MS                give up when no token arrives for MS (default 60000)\n"
+  "  --stats                     print the request's timings on stderr at the end\n"
+  "run exit codes: 0 done (length or stop), 1 the request failed or was cancelled,\n"
+  "  64 usage, 69 kvlaned is not running, 75 timeout, 76 protocol/version mismatch,\n"
+  "  77 permission denied or user not allowed, 130 interrupted (Ctrl-C).\n";
 
 template <class T>
 bool parse_number(std::string_view s, T& out) {
@@ -130,6 +152,152 @@ int probe_main(int argc, char** argv) {
   return 0;
 }
 
+std::atomic<bool> interrupted{false};
+
+extern "C" void on_interrupt(int) {
+  interrupted = true;
+}
+
+/// Exit code of `kvlane run` for a client error (documented in the usage text).
+int run_exit_code(client::errc e) {
+  switch (e) {
+    case client::errc::daemon_not_running: return 69; // EX_UNAVAILABLE
+    case client::errc::permission_denied:
+    case client::errc::not_allowed: return 77;        // EX_NOPERM
+    case client::errc::version_mismatch:
+    case client::errc::protocol_error: return 76;     // EX_PROTOCOL
+    case client::errc::timeout: return 75;            // EX_TEMPFAIL
+    case client::errc::invalid_argument: return 64;
+    default: return 1;
+  }
+}
+
+int run_main(int argc, char** argv) {
+  client::connect_options opts;
+  opts.client_name = "kvlane-run";
+  client::request req;
+  std::optional<std::string> prompt;
+  long timeout_ms = 60000;
+  bool stats = false;
+  for (int i = 0; i < argc; ++i) {
+    std::string_view a{argv[i]};
+    auto value = [&]() -> std::optional<std::string_view> {
+      if (i + 1 >= argc)
+        return std::nullopt;
+      return std::string_view{argv[++i]};
+    };
+    auto number = [&](auto& out, std::string_view what) {
+      auto v = value();
+      if (!v || !parse_number(*v, out))
+        return fail(fmt::format("{} needs {}", a, what), 64);
+      return 0;
+    };
+    if (a == "--model") {
+      auto v = value();
+      if (!v)
+        return fail("--model needs a name", 64);
+      req.model = *v;
+    } else if (a == "--priority") {
+      auto v = value();
+      if (v == "interactive")
+        req.prio = client::priority::interactive;
+      else if (v == "batch")
+        req.prio = client::priority::batch;
+      else
+        return fail("--priority needs interactive or batch", 64);
+    } else if (a == "--socket") {
+      auto v = value();
+      if (!v)
+        return fail("--socket needs a path", 64);
+      opts.socket_path = *v;
+    } else if (a == "--max-tokens") {
+      if (int rc = number(req.sampling.max_tokens, "a whole number"); rc)
+        return rc;
+    } else if (a == "--temperature") {
+      if (int rc = number(req.sampling.temperature, "a number"); rc)
+        return rc;
+    } else if (a == "--top-k") {
+      if (int rc = number(req.sampling.top_k, "a whole number"); rc)
+        return rc;
+    } else if (a == "--top-p") {
+      if (int rc = number(req.sampling.top_p, "a number"); rc)
+        return rc;
+    } else if (a == "--seed") {
+      if (int rc = number(req.sampling.seed, "a whole number"); rc)
+        return rc;
+    } else if (a == "--timeout") {
+      if (int rc = number(timeout_ms, "milliseconds"); rc)
+        return rc;
+    } else if (a == "--stats") {
+      stats = true;
+    } else if (a.starts_with("--")) {
+      return fail(fmt::format("run: unknown option '{}'\n\n{}", a, usage_text), 64);
+    } else if (prompt) {
+      return fail("run: give one prompt (quote it)", 64);
+    } else {
+      prompt = std::string{a};
+    }
+  }
+  if (!prompt) {
+    prompt = std::string{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+    while (!prompt->empty() && (prompt->back() == '\n' || prompt->back() == '\r'))
+      prompt->pop_back();
+  }
+  if (prompt->empty())
+    return fail("run: the prompt is empty", 64);
+  req.prompt = *prompt;
+
+  auto conn = client::connect(opts);
+  if (!conn)
+    return fail(conn.error().message, run_exit_code(conn.error().code));
+  auto stream = (*conn)->submit(req);
+  if (!stream)
+    return fail(stream.error().message, run_exit_code(stream.error().code));
+
+  struct sigaction sa{};
+  sa.sa_handler = on_interrupt;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  auto last = std::chrono::steady_clock::now();
+  bool cancelled = false;
+  for (;;) {
+    if (interrupted && !cancelled) {
+      (void)(*stream)->cancel();
+      cancelled = true;
+    }
+    auto chunk = (*stream)->next(std::chrono::milliseconds(100));
+    if (!chunk) {
+      if (chunk.error().code == client::errc::timeout) {
+        if (std::chrono::steady_clock::now() - last > std::chrono::milliseconds(timeout_ms))
+          return fail(fmt::format("no token from kvlaned for {} ms", timeout_ms), 75);
+        continue;
+      }
+      std::fputs("\n", stdout);
+      std::fflush(stdout);
+      return fail(chunk.error().message, run_exit_code(chunk.error().code));
+    }
+    last = std::chrono::steady_clock::now();
+    std::fwrite(chunk->text.data(), 1, chunk->text.size(), stdout);
+    std::fflush(stdout);
+    if (!chunk->end)
+      continue;
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    const auto& e = *chunk->end;
+    if (stats)
+      std::fprintf(stderr, "kvlane: %s; %u prompt + %u generated tokens; ttft %.1f ms, tpot %.2f ms, total %.1f ms\n",
+                   client::to_string(e.reason), e.prompt_tokens, e.generated_tokens,
+                   static_cast<double>(e.ttft.count()) / 1000.0, static_cast<double>(e.tpot.count()) / 1000.0,
+                   static_cast<double>(e.e2e.count()) / 1000.0);
+    if (interrupted)
+      return 130;
+    if (e.reason == client::end_reason::length || e.reason == client::end_reason::stop)
+      return 0;
+    return fail(fmt::format("the request ended: {}{}{}", client::to_string(e.reason),
+                            e.message.empty() ? "" : ": ", e.message));
+  }
+}
+
 } // namespace
 
 int cli_main(int argc, char** argv) {
@@ -140,6 +308,8 @@ int cli_main(int argc, char** argv) {
   std::string_view cmd{argv[1]};
   if (cmd == "probe")
     return probe_main(argc - 2, argv + 2);
+  if (cmd == "run")
+    return run_main(argc - 2, argv + 2);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(usage_text, stdout);
     return 0;

@@ -2,6 +2,7 @@
 
 // kvlane — the command-line tool. Subcommands:
 //   probe   measure a backend's step, dump/load and overlap behaviour
+//   run     send a prompt to kvlaned and stream the answer (the client library)
 // Client and admin subcommands arrive with the client library and admin socket.
 
 namespace kvlane::tools {
