@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
+#include <charconv>
 #include <limits>
 #include <memory>
 #include <span>
@@ -358,7 +359,9 @@ status parse_daemon(const reporter& r, const section& root, daemon_section& out)
     return {};
   const section s{**table, "daemon"};
   KVLANE_CONFIG_TRY(check_keys(
-    r, s, {"runtime_dir", "worker_threads", "log_level", "log_levels", "shutdown_timeout_ms"}));
+    r, s,
+    {"runtime_dir", "worker_threads", "log_level", "log_levels", "shutdown_timeout_ms",
+     "shutdown_grace_ms"}));
 
   KVLANE_CONFIG_TRY(read_string(r, s, "runtime_dir", out.runtime_dir));
   if (!out.runtime_dir.empty() && out.runtime_dir.front() != '/')
@@ -388,6 +391,9 @@ status parse_daemon(const reporter& r, const section& root, daemon_section& out)
   std::int64_t timeout_ms = out.shutdown_timeout.count();
   KVLANE_CONFIG_TRY(read_int(r, s, "shutdown_timeout_ms", timeout_ms, 100, 600'000));
   out.shutdown_timeout = std::chrono::milliseconds(timeout_ms);
+  std::int64_t grace_ms = out.shutdown_grace.count();
+  KVLANE_CONFIG_TRY(read_int(r, s, "shutdown_grace_ms", grace_ms, 0, 3'600'000));
+  out.shutdown_grace = std::chrono::milliseconds(grace_ms);
   return {};
 }
 
@@ -672,6 +678,57 @@ status parse_clients(const reporter& r, const section& root, clients_section& ou
   return {};
 }
 
+status read_socket_mode(const reporter& r, const section& s, std::uint32_t& out) {
+  const auto* n = s.find("socket_mode");
+  if (n == nullptr)
+    return {};
+  const auto* v = n->as_integer();
+  if (v == nullptr)
+    return unexpected(r.wrong_type(s.key("socket_mode"), *n, "integer (e.g. 0o660)"));
+  if (v->get() < 0 || v->get() > 0777)
+    return unexpected(r.bad_value(s.key("socket_mode"), line_of(*n),
+                                  fmt::format("must be between 0o000 and 0o777 (got {:#o})",
+                                              v->get())));
+  if ((v->get() & 0600) != 0600)
+    return unexpected(r.bad_value(
+      s.key("socket_mode"), line_of(*n),
+      fmt::format("must give the owner read and write (0o600) (got 0o{:03o})", v->get())));
+  out = static_cast<std::uint32_t>(v->get());
+  return {};
+}
+
+status parse_admin(const reporter& r, const section& root, admin_section& out) {
+  auto table = find_table(r, root, "admin");
+  if (!table)
+    return unexpected(std::move(table.error()));
+  if (*table == nullptr)
+    return {};
+  const section s{**table, "admin"};
+  KVLANE_CONFIG_TRY(check_keys(r, s, {"socket_mode", "allow_users", "allow_groups"}));
+  KVLANE_CONFIG_TRY(read_socket_mode(r, s, out.socket_mode));
+  KVLANE_CONFIG_TRY(read_principals(r, s, "allow_users", out.allow_users));
+  KVLANE_CONFIG_TRY(read_principals(r, s, "allow_groups", out.allow_groups));
+  return {};
+}
+
+status parse_metrics(const reporter& r, const section& root, metrics_section& out) {
+  auto table = find_table(r, root, "metrics");
+  if (!table)
+    return unexpected(std::move(table.error()));
+  if (*table == nullptr)
+    return {};
+  const section s{**table, "metrics"};
+  KVLANE_CONFIG_TRY(check_keys(r, s, {"listen"}));
+  KVLANE_CONFIG_TRY(read_string(r, s, "listen", out.listen));
+  if (!out.listen.empty() && !parse_listen(out.listen))
+    return unexpected(r.bad_value(
+      s.key("listen"), s.line("listen"),
+      fmt::format("must be a loopback address and port such as \"127.0.0.1:9464\" or "
+                  "\"[::1]:9464\", or empty to turn HTTP metrics off (got {})",
+                  quoted(out.listen))));
+  return {};
+}
+
 /// Floors are reservations: together they must fit in the store.
 status check_floors(const reporter& r, const section& root, const config& c) {
   std::uint64_t sum = 0;
@@ -706,7 +763,8 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
         fmt::format("unsupported config version {} (this kvlaned reads version 1)", v->get())));
   }
   KVLANE_CONFIG_TRY(
-    check_keys(r, root, {"version", "daemon", "model", "scheduler", "store", "clients"}));
+    check_keys(r, root,
+               {"version", "daemon", "model", "scheduler", "store", "clients", "admin", "metrics"}));
   if (version == nullptr)
     return unexpected(
       r.bad_value("version", root.line(), "required key is missing (add 'version = 1' at the top)"));
@@ -718,10 +776,33 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   KVLANE_CONFIG_TRY(parse_store(r, root, c.store));
   KVLANE_CONFIG_TRY(check_floors(r, root, c));
   KVLANE_CONFIG_TRY(parse_clients(r, root, c.clients));
+  KVLANE_CONFIG_TRY(parse_admin(r, root, c.admin));
+  KVLANE_CONFIG_TRY(parse_metrics(r, root, c.metrics));
   return c;
 }
 
 } // namespace
+
+std::optional<listen_address> parse_listen(std::string_view text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string_view::npos)
+    return std::nullopt;
+  auto host = text.substr(0, colon);
+  auto port_text = text.substr(colon + 1);
+  unsigned port = 0;
+  auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc{} || p != port_text.data() + port_text.size() || port == 0 || port > 65535)
+    return std::nullopt;
+  listen_address out;
+  out.port = static_cast<std::uint16_t>(port);
+  if (host == "127.0.0.1" || host == "localhost")
+    out.host = "127.0.0.1";
+  else if (host == "[::1]")
+    out.host = "::1";
+  else
+    return std::nullopt;
+  return out;
+}
 
 std::string_view to_string(scheduler_mode m) noexcept {
   for (const auto& c : scheduler_modes)

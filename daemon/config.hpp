@@ -31,6 +31,8 @@ struct daemon_section {
   std::string log_level = "info";    ///< default level of every logger
   std::map<std::string, std::string> log_levels; ///< per-logger overrides
   std::chrono::milliseconds shutdown_timeout{5000}; ///< bound on ordered shutdown
+  /// On SIGTERM: how long running sequences may finish before they are cancelled.
+  std::chrono::milliseconds shutdown_grace{10000};
 };
 
 struct model_section {
@@ -69,6 +71,20 @@ struct clients_section {
   std::chrono::milliseconds hello_timeout{2000}; ///< a new connection must say hello by then
 };
 
+/// [admin]: the admin socket <runtime_dir>/kvlane-admin.sock.
+struct admin_section {
+  std::uint32_t socket_mode = 0600; ///< permission bits of the admin socket
+  /// Users / groups allowed to administer (names or numeric ids). Root and the
+  /// daemon's own user always are; empty lists allow nobody else.
+  std::vector<std::string> allow_users;
+  std::vector<std::string> allow_groups;
+};
+
+/// [metrics]: Prometheus over HTTP (the admin socket serves it too).
+struct metrics_section {
+  std::string listen; ///< "127.0.0.1:9464" style, loopback only; empty = off
+};
+
 struct store_section {
   std::uint64_t max_bytes = 8ull << 30; ///< snapshot store limit (reserved, committed on use)
 };
@@ -79,6 +95,8 @@ struct config {
   scheduler_section scheduler;
   store_section store;
   clients_section clients;
+  admin_section admin;
+  metrics_section metrics;
 };
 
 struct config_error {
@@ -95,5 +113,13 @@ expected<config, config_error> load(const std::string& path);
 /// TB (powers of 1000). "64MiB", "8 GiB", "1GB", "4096". Empty on anything
 /// else (signs, fractions, other units, trailing text) and on overflow.
 std::optional<std::uint64_t> parse_byte_size(std::string_view text) noexcept;
+
+/// A loopback listen address: "127.0.0.1:PORT", "localhost:PORT" or
+/// "[::1]:PORT" with PORT 1..65535. Empty on anything else.
+struct listen_address {
+  std::string host; ///< "127.0.0.1" or "::1"
+  std::uint16_t port = 0;
+};
+std::optional<listen_address> parse_listen(std::string_view text);
 
 } // namespace kvlane::daemon

@@ -59,6 +59,11 @@ void check_same(const config& a, const config& b) {
   CHECK(a.daemon.log_level == b.daemon.log_level);
   CHECK(a.daemon.log_levels == b.daemon.log_levels);
   CHECK(a.daemon.shutdown_timeout == b.daemon.shutdown_timeout);
+  CHECK(a.daemon.shutdown_grace == b.daemon.shutdown_grace);
+  CHECK(a.admin.socket_mode == b.admin.socket_mode);
+  CHECK(a.admin.allow_users == b.admin.allow_users);
+  CHECK(a.admin.allow_groups == b.admin.allow_groups);
+  CHECK(a.metrics.listen == b.metrics.listen);
   REQUIRE(a.models.size() == b.models.size());
   for (std::size_t i = 0; i < a.models.size(); ++i) {
     CAPTURE(i);
@@ -124,6 +129,11 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.daemon.log_level == "info");
   CHECK(sut.daemon.log_levels.empty());
   CHECK(sut.daemon.shutdown_timeout == std::chrono::milliseconds(5000));
+  CHECK(sut.daemon.shutdown_grace == std::chrono::milliseconds(10000));
+  CHECK(sut.admin.socket_mode == 0600);
+  CHECK(sut.admin.allow_users.empty());
+  CHECK(sut.admin.allow_groups.empty());
+  CHECK(sut.metrics.listen == "");
 
   REQUIRE(sut.models.size() == 1);
   const auto& m = sut.models[0];
@@ -192,6 +202,7 @@ runtime_dir = "/run/x"
 worker_threads = 3
 log_level = "debug"
 shutdown_timeout_ms = 250
+shutdown_grace_ms = 0
 [daemon.log_levels]
 scheduler = "trace"
 ipc = "off"
@@ -251,6 +262,12 @@ events_ring_records = 4096
 max_backlog_records = 100
 spin_us = 0
 hello_timeout_ms = 500
+[admin]
+socket_mode = 0o660
+allow_users = ["root", 1002]
+allow_groups = ["adm"]
+[metrics]
+listen = "[::1]:9464"
 )");
 
   CHECK(sut.daemon.runtime_dir == "/run/x");
@@ -307,6 +324,11 @@ hello_timeout_ms = 500
   CHECK(sut.clients.max_backlog_records == 100);
   CHECK(sut.clients.spin_us == 0);
   CHECK(sut.clients.hello_timeout == std::chrono::milliseconds(500));
+  CHECK(sut.daemon.shutdown_grace == std::chrono::milliseconds(0));
+  CHECK(sut.admin.socket_mode == 0660);
+  CHECK(sut.admin.allow_users == std::vector<std::string>{"root", "1002"});
+  CHECK(sut.admin.allow_groups == std::vector<std::string>{"adm"});
+  CHECK(sut.metrics.listen == "[::1]:9464");
 }
 
 TEST_CASE("config: a syntax error reports source, line and column") {
@@ -423,6 +445,11 @@ TEST_CASE("config: out-of-range values are errors naming key, line and the allow
     {"[daemon.log_levels]\nipc = \"loud\"\n", "daemon.log_levels.ipc", "one of \"trace\""},
     {"[daemon]\nshutdown_timeout_ms = 99\n", "daemon.shutdown_timeout_ms", "between 100 and 600000"},
     {"[daemon]\nshutdown_timeout_ms = 600001\n", "daemon.shutdown_timeout_ms", "between 100 and 600000"},
+    {"[daemon]\nshutdown_grace_ms = -1\n", "daemon.shutdown_grace_ms", "between 0 and 3600000"},
+    {"[admin]\nsocket_mode = 0o066\n", "admin.socket_mode", "owner read and write"},
+    {"[metrics]\nlisten = \"0.0.0.0:9464\"\n", "metrics.listen", "loopback"},
+    {"[metrics]\nlisten = \"127.0.0.1:0\"\n", "metrics.listen", "loopback"},
+    {"[metrics]\nlisten = \"127.0.0.1\"\n", "metrics.listen", "loopback"},
     {"[daemon]\nruntime_dir = \"run\"\n", "daemon.runtime_dir", "absolute path"},
     {"[model.sim]\nslots = 0\n", "model[0].sim.slots", "between 1 and 1024 (got 0)"},
     {"[model.sim]\nslots = 1025\n", "model[0].sim.slots", "between 1 and 1024 (got 1025)"},
