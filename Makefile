@@ -4,8 +4,11 @@ SAN_DIR      ?= build-sanitize
 CONFIG       ?= etc/kvlane.toml
 JOBS         ?= $(shell nproc)
 CMAKE_FLAGS  ?=
+BENCH_DIR    ?= bench-results
+BENCH_TRACE  ?= ../shared/traces/azure-llm-2023-conv.csv
+BENCH_FLAGS  ?=
 
-.PHONY: all bootstrap build run test sanitize clean
+.PHONY: all bootstrap build run test sanitize clean bench bench-sweep bench-build
 
 all: build
 
@@ -23,6 +26,25 @@ run: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# Benchmarks (docs/benchmarks.md): figures and ratios, not pass/fail tests.
+# The default comparison: conv trace, 200 requests, load 1.0, 20% interactive, all four modes.
+bench-build: bootstrap $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kvlane-bench
+
+bench: bench-build
+	@mkdir -p $(BENCH_DIR)
+	./$(BUILD_DIR)/kvlane-bench --trace $(BENCH_TRACE) --requests 200 --load 1.0 \
+	  --interactive-share 0.2 --modes fcfs,sync,overlap,ideal --path inproc \
+	  --json $(BENCH_DIR)/latest.json --plot $(BENCH_DIR)/latest.png $(BENCH_FLAGS)
+
+# The quantum sweep on a decode-heavy synthetic mix (many steps per second, so the
+# quantum drives the preemption rate): sync, overlap and ideal at each quantum.
+bench-sweep: bench-build
+	@mkdir -p $(BENCH_DIR)
+	./$(BUILD_DIR)/kvlane-bench --synthetic --requests 150 --prompt-mean 256 --output-mean 256 \
+	  --load 1.5 --interactive-share 0.2 --sweep-quantum --path inproc \
+	  --json $(BENCH_DIR)/sweep.json --plot $(BENCH_DIR)/sweep.png $(BENCH_FLAGS)
 
 sanitize: bootstrap
 	cmake -S . -B $(SAN_DIR) -DKVLANE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)

@@ -1,0 +1,74 @@
+#include "tools/bench/bench_cli.hpp"
+
+#include <doctest/doctest.h>
+
+#include <vector>
+
+using namespace kvlane;
+using namespace kvlane::tools::bench;
+
+namespace {
+
+expected<bench_options, std::string> parse(std::vector<std::string_view> args) {
+  return parse_args(args);
+}
+
+} // namespace
+
+TEST_CASE("bench cli: defaults compare all four modes at load 1 with 20% interactive") {
+  auto sut = parse({"--trace", "t.csv"});
+  REQUIRE(sut.has_value());
+  CHECK(sut->modes.size() == 4);
+  CHECK(sut->requests == 200);
+  CHECK(sut->interactive_share == 0.2);
+  CHECK_FALSE(sut->load.has_value()); // run_bench applies 1.0 to traces
+  CHECK(sut->path == bench_path::inproc);
+  CHECK(sut->command_line == "kvlane-bench --trace t.csv");
+}
+
+TEST_CASE("bench cli: flags are checked and conflicts named") {
+  CHECK(parse({"--synthetic", "--rate", "0"}).error().find("--rate") != std::string::npos);
+  CHECK(parse({"--trace", "t", "--modes", "fcfs,turbo"}).error().find("turbo")
+        != std::string::npos);
+  CHECK(parse({"--trace", "t", "--load", "1", "--rate-scale", "2"}).error().find("give one")
+        != std::string::npos);
+  CHECK(parse({"--trace", "t", "--synthetic"}).error().find("exclusive") != std::string::npos);
+  CHECK(parse({}).error().find("--trace") != std::string::npos);
+  CHECK(parse({"--trace", "t", "--bogus"}).error().find("'--bogus'") != std::string::npos);
+  CHECK(parse({"--trace", "t", "--path", "tcp"}).error().find("--path") != std::string::npos);
+  CHECK(parse({"--trace", "t", "--sweep", "0.5,x"}).error().find("'x'") != std::string::npos);
+}
+
+TEST_CASE("bench cli: the quantum sweep runs the preempting modes only") {
+  auto sut = parse({"--synthetic", "--sweep-quantum"});
+  REQUIRE(sut.has_value());
+  CHECK(sut->modes == std::vector{daemon::scheduler_mode::sync, daemon::scheduler_mode::overlap,
+                                  daemon::scheduler_mode::ideal});
+  auto given = parse({"--synthetic", "--sweep-quantum", "--modes", "fcfs,overlap"});
+  REQUIRE(given.has_value());
+  CHECK(given->modes == std::vector{daemon::scheduler_mode::overlap});
+}
+
+TEST_CASE("bench cli: --path ipc is accepted and fails with a clear message") {
+  auto sut = parse({"--synthetic", "--path", "ipc"});
+  REQUIRE(sut.has_value());
+  CHECK(sut->path == bench_path::ipc);
+  CHECK(run_bench(*sut) == 69);
+}
+
+TEST_CASE("bench cli: the built-in profile keeps the ARIES timing with small host snapshots") {
+  auto sut = builtin_profile();
+  REQUIRE(sut.has_value());
+  const auto& sim = sut->models.front().sim;
+  CHECK(sim.slots == 16);
+  CHECK(sim.max_context == 4096);
+  CHECK(sim.max_prefill_chunk == 128);
+  CHECK(sim.step_base_ms == 31.0);
+  CHECK(sim.step_per_token_ms == 1.7);
+  CHECK(sim.dump_min_ms == 30.0);
+  CHECK(sim.dump_max_ms == 60.0);
+  CHECK(sim.load_min_ms == 16.0);
+  CHECK(sim.load_max_ms == 18.0);
+  CHECK(sim.snapshot_bytes / sim.max_context == 64);
+  CHECK(sut->store.max_bytes / sim.snapshot_bytes == 128); // as many snapshots as 8 GiB of 64 MiB
+}

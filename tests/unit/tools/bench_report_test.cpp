@@ -1,0 +1,129 @@
+#include "tools/bench/json_writer.hpp"
+#include "tools/bench/report.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+using namespace kvlane;
+using namespace kvlane::tools::bench;
+
+namespace {
+
+run_result fake_run(daemon::scheduler_mode mode, double ttft_scale) {
+  run_result r;
+  r.mode = mode;
+  r.time_scale = 10;
+  r.wall_ms = 1000; // 10 simulated seconds
+  for (std::uint32_t i = 0; i < 10; ++i) {
+    request_outcome o;
+    o.index = i;
+    o.interactive = i < 2;
+    o.output_tokens = 20;
+    o.submitted = o.ended = true;
+    o.reason = actors::end_reason::length;
+    o.generated = 20;
+    o.ttft_ms = ttft_scale * (i + 1);
+    o.tpot_ms = 5;
+    o.e2e_ms = 100 + i;
+    r.requests.push_back(o);
+  }
+  r.requests[9].reason = actors::end_reason::error;
+  r.stats.slots = 4;
+  r.stats.step_busy_ms = 800;
+  r.stats.transfer_ms = 50;
+  r.stats.transfer_hidden_ms = 40;
+  r.stats.preemptions = 20;
+  r.stats.swaps = 15;
+  r.stats.recomputes = 5;
+  return r;
+}
+
+bool has_key(const std::string& json, std::string_view key) {
+  return json.find("\"" + std::string{key} + "\": ") != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("bench report: a summary reads every request the same way") {
+  auto sut = summarize(fake_run(daemon::scheduler_mode::overlap, 10));
+  CHECK(sut.mode == "overlap");
+  CHECK(sut.completed == 9);
+  CHECK(sut.failed == 1);
+  CHECK(sut.output_tokens == 200);
+  CHECK(sut.makespan_s == doctest::Approx(10));
+  CHECK(sut.throughput_tok_s == doctest::Approx(20));
+  CHECK(sut.ttft_p50_ms == doctest::Approx(50)); // completed: 10..90
+  CHECK(sut.ttft_p99_interactive_ms == doctest::Approx(19.9));
+  CHECK(sut.npu_busy == doctest::Approx(0.8));
+  CHECK(sut.transfer_s == doctest::Approx(0.5));
+  CHECK(sut.transfer_hidden == doctest::Approx(0.8));
+  CHECK(sut.preemptions_per_slot_s == doctest::Approx(0.5));
+}
+
+TEST_CASE("bench report: the JSON carries the documented field names for every mode") {
+  bench_report sut;
+  sut.ctx.command_line = "kvlane-bench --synthetic";
+  sut.ctx.cfg.models.push_back({});
+  sut.ctx.model = sut.ctx.cfg.models[0].name;
+  for (auto mode : {daemon::scheduler_mode::fcfs, daemon::scheduler_mode::overlap,
+                    daemon::scheduler_mode::ideal})
+    sut.modes.push_back(summarize(fake_run(mode, mode == daemon::scheduler_mode::fcfs ? 10 : 1)));
+  sut.ratios = standard_ratios(sut.modes);
+  sut.targets = comparison_targets(sut.modes, true);
+  auto json = to_json(sut);
+  for (auto key : {"command_line", "profile", "sim", "time_scale", "workload", "modes", "ratios",
+                   "targets", "fcfs", "overlap", "ideal", "overlap_vs_ideal", "overlap_vs_fcfs",
+                   "fcfs_vs_ideal"})
+    CHECK_MESSAGE(has_key(json, key), key);
+  for (auto key : {"throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "ttft_p99_interactive_ms",
+                   "tpot_p50_ms", "tpot_p99_ms", "e2e_p99_ms", "npu_busy", "transfer_hidden",
+                   "preemptions", "swaps", "recomputes", "completed", "failed",
+                   "peak_store_bytes", "transfer_s", "request_s"}) {
+    CAPTURE(key);
+    std::size_t count = 0;
+    for (auto at = json.find("\"" + std::string{key} + "\": "); at != std::string::npos;
+         at = json.find("\"" + std::string{key} + "\": ", at + 1))
+      ++count;
+    CHECK(count == 3); // once per mode
+  }
+  CHECK(json.find("\"overlap_throughput_vs_ideal\"") != std::string::npos);
+}
+
+TEST_CASE("bench report: targets pass and fail on their thresholds; missing modes are not judged") {
+  std::vector<mode_summary> modes{summarize(fake_run(daemon::scheduler_mode::fcfs, 10)),
+                                  summarize(fake_run(daemon::scheduler_mode::overlap, 1)),
+                                  summarize(fake_run(daemon::scheduler_mode::ideal, 1))};
+  auto sut = comparison_targets(modes, true);
+  REQUIRE(sut.size() == 4);
+  for (auto& t : sut) {
+    CAPTURE(t.id);
+    REQUIRE(t.pass.has_value());
+    CHECK(*t.pass); // equal throughput; interactive TTFT 10x lower than fcfs
+  }
+  modes[1] = summarize(fake_run(daemon::scheduler_mode::overlap, 3));
+  sut = comparison_targets(modes, true);
+  CHECK_FALSE(*sut[1].pass); // TTFT p99 3x ideal's
+  CHECK_FALSE(*sut[3].pass); // only 3.3x lower than fcfs
+  auto partial = comparison_targets({modes[1]}, true);
+  for (auto& t : partial)
+    CHECK_FALSE(t.pass.has_value());
+  CHECK(comparison_targets(modes, false).front().id == "no_overlap_throughput_vs_sync");
+}
+
+TEST_CASE("bench report: the JSON writer nests, escapes and writes non-finite numbers as null") {
+  json_writer sut;
+  sut.begin_object();
+  sut.field("a", 1.5).field("b", std::numeric_limits<double>::quiet_NaN());
+  sut.key("list").begin_array().value(1).value("x\"y\n").end_array();
+  sut.key("empty").begin_object().end_object();
+  sut.field("flag", true);
+  sut.end_object();
+  CHECK(sut.str() == "{\n  \"a\": 1.5,\n  \"b\": null,\n  \"list\": [\n    1,\n    \"x\\\"y\\n\"\n"
+                     "  ],\n  \"empty\": {},\n  \"flag\": true\n}");
+  CHECK(json_number(0.1) == "0.1");
+  CHECK(json_number(123456.78901) == "123456.789");
+  CHECK(json_number(2.0) == "2");
+  CHECK(json_number(-0.00001) == "-1e-05");
+}

@@ -1,0 +1,75 @@
+// End to end: synthetic requests through the in-process engine in two modes.
+#include "tools/bench/bench_cli.hpp"
+#include "tools/bench/bench_runner.hpp"
+#include "tools/bench/report.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+using namespace kvlane;
+using namespace kvlane::tools::bench;
+
+namespace {
+
+// The bench profile, shrunk: 4 slots, short contexts, 500x faster than real time.
+daemon::config fast_profile() {
+  auto cfg = builtin_profile();
+  REQUIRE(cfg.has_value());
+  auto& sim = cfg->models.front().sim;
+  sim.slots = 4;
+  sim.max_context = 512;
+  sim.max_prefill_chunk = 64;
+  sim.snapshot_bytes = 512 * 64;
+  sim.time_scale = 500;
+  cfg->daemon.worker_threads = 2;
+  cfg->scheduler.quantum_tokens = 4;
+  cfg->scheduler.max_step_tokens = 256;
+  return std::move(*cfg);
+}
+
+} // namespace
+
+TEST_CASE("bench runner: ten synthetic requests complete in two modes and report every field") {
+  synthetic_options so;
+  so.requests = 10;
+  so.rate_per_s = 20;
+  so.prompt_mean = 100;
+  so.output_mean = 20;
+  auto reqs = synthetic(so, 5);
+  clamp_to_context(reqs, 512);
+  mark_interactive(reqs, 0.3, 5);
+
+  run_options opts;
+  opts.cfg = fast_profile();
+  opts.time_scale = opts.cfg.models.front().sim.time_scale;
+  opts.timeout = std::chrono::seconds(30);
+  bench_report sut;
+  for (auto mode : {daemon::scheduler_mode::fcfs, daemon::scheduler_mode::overlap}) {
+    CAPTURE(daemon::to_string(mode));
+    auto r = run_mode(opts, mode, reqs);
+    REQUIRE(r.has_value());
+    CHECK_FALSE(r->timed_out);
+    auto s = summarize(*r);
+    CHECK(s.completed == 10);
+    CHECK(s.failed == 0);
+    std::uint64_t want = 0;
+    for (auto& q : reqs)
+      want += q.output_tokens;
+    CHECK(s.output_tokens == want); // forced output lengths
+    CHECK(s.throughput_tok_s > 0);
+    CHECK(std::isfinite(s.ttft_p99_ms));
+    CHECK(s.npu_busy > 0);
+    CHECK(s.npu_busy <= 1.05);
+    sut.modes.push_back(std::move(s));
+  }
+  sut.ctx.cfg = opts.cfg;
+  sut.ctx.model = opts.cfg.models.front().name;
+  sut.ratios = standard_ratios(sut.modes);
+  sut.targets = comparison_targets(sut.modes, true);
+  auto json = to_json(sut);
+  for (auto key : {"\"modes\"", "\"fcfs\"", "\"overlap\"", "\"throughput_tok_s\"",
+                   "\"ttft_p99_interactive_ms\"", "\"npu_busy\"", "\"transfer_hidden\"",
+                   "\"completed\": 10", "\"failed\": 0", "\"overlap_vs_fcfs\""})
+    CHECK_MESSAGE(json.find(key) != std::string::npos, key);
+}

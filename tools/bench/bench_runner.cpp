@@ -1,0 +1,247 @@
+#include "tools/bench/bench_runner.hpp"
+
+#include "actors/engine.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace kvlane::tools::bench {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double ms_between(clock::time_point a, clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+/// Where every request's sink records its end; shared by all sinks of a run.
+struct collector {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<request_outcome>* outcomes = nullptr;
+  std::size_t ended = 0;
+  clock::time_point start;
+  clock::time_point last_end;
+  double time_scale = 1;
+};
+
+class bench_sink final : public actors::stream_sink {
+public:
+  bench_sink(std::shared_ptr<collector> c, std::size_t index) : c_(std::move(c)), index_(index) {}
+
+  void on_tokens(std::span<const backends::token_id>) override {}
+
+  void on_end(const actors::stream_end& end) override {
+    const auto now = clock::now();
+    {
+      std::lock_guard lock{c_->mutex};
+      if (!c_->outcomes)
+        return; // the run is over (it timed out and gave up on this request)
+      auto& o = (*c_->outcomes)[index_];
+      const double ts = c_->time_scale;
+      o.ended = true;
+      o.reason = end.reason;
+      o.error = end.message;
+      o.generated = end.generated_tokens;
+      o.preemptions = end.preemptions;
+      if (end.generated_tokens > 0)
+        o.ttft_ms = end.ttft_ms * ts;
+      if (end.generated_tokens > 1)
+        o.tpot_ms = end.tpot_ms * ts;
+      o.e2e_ms = end.e2e_ms * ts;
+      o.end_s = ms_between(c_->start, now) * ts / 1000.0;
+      c_->last_end = std::max(c_->last_end, now);
+      ++c_->ended;
+    }
+    c_->cv.notify_all();
+  }
+
+private:
+  std::shared_ptr<collector> c_;
+  std::size_t index_;
+};
+
+} // namespace
+
+std::vector<backends::token_id> synthetic_prompt(std::uint32_t index, std::uint32_t length) {
+  std::vector<backends::token_id> out(length);
+  for (std::uint32_t k = 0; k < length; ++k) {
+    // Letters with a space every few tokens: plausible text for the byte tokenizer.
+    const bool space = (k + index) % 6 == 5;
+    out[k] = space ? backends::token_id{' '}
+                   : static_cast<backends::token_id>('a' + (index * 7 + k * 3) % 26);
+  }
+  return out;
+}
+
+expected<run_result, std::string> run_mode(const run_options& opts, daemon::scheduler_mode mode,
+                                           std::span<const trace_request> requests) {
+  auto cfg = opts.cfg;
+  cfg.scheduler.mode = mode;
+  if (cfg.models.empty())
+    return unexpected(std::string{"the configuration has no model"});
+  const std::string model = opts.model.empty() ? cfg.models.front().name : opts.model;
+  const double ts = opts.time_scale > 0 ? opts.time_scale : 1.0;
+
+  run_result result;
+  result.mode = mode;
+  result.time_scale = ts;
+  result.requests.resize(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto& o = result.requests[i];
+    o.index = static_cast<std::uint32_t>(i);
+    o.interactive = requests[i].interactive;
+    o.prompt_tokens = requests[i].prompt_tokens;
+    o.output_tokens = requests[i].output_tokens;
+    o.arrival_s = requests[i].arrival_s;
+  }
+
+  caf::actor_system_config caf_cfg;
+  const auto threads = cfg.daemon.worker_threads != 0
+                         ? cfg.daemon.worker_threads
+                         : std::max(1u, std::thread::hardware_concurrency());
+  caf_cfg.set("scheduler.max-threads", static_cast<std::size_t>(threads));
+  caf::actor_system sys{caf_cfg};
+  auto created = actors::engine::create(sys, cfg);
+  if (!created)
+    return unexpected(std::move(created).error());
+  auto engine = std::move(*created);
+  const auto* entry = engine->find_model(model);
+  if (!entry)
+    return unexpected(fmt::format("no model named '{}' in the configuration", model));
+  result.serialized = mode == daemon::scheduler_mode::sync
+                      || (mode != daemon::scheduler_mode::fcfs
+                          && !entry->info.caps.transfer_overlaps_compute);
+
+  auto col = std::make_shared<collector>();
+  col->outcomes = &result.requests;
+  col->time_scale = ts;
+
+  // Samples the store's occupancy and the scheduler's gauges until stopped.
+  std::atomic<bool> sampling{true};
+  double slots_busy_sum = 0;
+  std::uint64_t gauge_samples = 0;
+  const auto start = clock::now();
+  std::thread sampler{[&] {
+    auto next_gauge = clock::now();
+    auto last_sample = start;
+    double last_busy_ms = 0;
+    while (sampling.load(std::memory_order_acquire)) {
+      auto ss = engine->store_stats();
+      result.peak_store_bytes = std::max(result.peak_store_bytes, ss.used_bytes);
+      result.peak_snapshots = std::max(result.peak_snapshots, ss.snapshots);
+      if (clock::now() >= next_gauge) {
+        next_gauge += std::chrono::milliseconds(100);
+        if (auto st = engine->stats(model, std::chrono::seconds(2))) {
+          const auto now = clock::now();
+          slots_busy_sum += st->slots_busy;
+          ++gauge_samples;
+          result.peak_waiting = std::max(result.peak_waiting, st->waiting + st->parked);
+          timeline_sample t;
+          t.t_s = ms_between(start, now) * ts / 1000.0;
+          t.slots_busy = st->slots_busy;
+          t.resident = st->resident;
+          t.waiting = st->waiting;
+          t.parked = st->parked;
+          t.queued_interactive = st->queued_interactive;
+          t.queued_batch = st->queued_batch;
+          const double dt = ms_between(last_sample, now);
+          t.npu_busy = dt > 0 ? (st->step_busy_ms - last_busy_ms) / dt : 0;
+          t.tokens_generated = st->tokens_generated;
+          t.preemptions = st->preemptions;
+          last_sample = now;
+          last_busy_ms = st->step_busy_ms;
+          result.timeline.push_back(t);
+        }
+      }
+      std::this_thread::sleep_for(opts.sample_interval);
+    }
+  }};
+
+  // The driver: every request at its arrival time.
+  col->start = start;
+  col->last_end = start;
+  std::size_t submitted = 0;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    const auto due = start + std::chrono::duration_cast<clock::duration>(
+                               std::chrono::duration<double, std::milli>(r.arrival_s * 1000.0 / ts));
+    std::this_thread::sleep_until(due);
+    result.max_submit_lag_ms = std::max(result.max_submit_lag_ms, ms_between(due, clock::now()));
+    actors::submit_request req;
+    req.model = model;
+    req.client = "bench";
+    req.priority = r.interactive ? actors::priority_class::interactive
+                                 : actors::priority_class::batch;
+    req.prompt_tokens = synthetic_prompt(static_cast<std::uint32_t>(i), r.prompt_tokens);
+    req.sampling.max_tokens = r.output_tokens;
+    req.stop_at_eos = false;
+    auto sink = std::make_shared<bench_sink>(col, i);
+    auto id = engine->submit(std::move(req), sink);
+    std::lock_guard lock{col->mutex};
+    auto& o = result.requests[i];
+    if (id) {
+      o.submitted = true;
+      ++submitted;
+    } else {
+      o.error = fmt::format("submit failed: {} ({})", id.error().message,
+                            actors::to_string(id.error().code));
+    }
+  }
+  if (opts.progress)
+    opts.progress(fmt::format("{}: all {} requests submitted ({} accepted), waiting for the ends",
+                              daemon::to_string(mode), requests.size(), submitted));
+
+  // Wait for every accepted request to end, within the bound.
+  auto bound = opts.timeout;
+  if (bound.count() == 0) {
+    const double span_ms = requests.empty() ? 0 : requests.back().arrival_s * 1000.0 / ts;
+    bound = std::chrono::milliseconds(60000 + static_cast<std::int64_t>(4 * span_ms));
+  }
+  {
+    std::unique_lock lock{col->mutex};
+    result.timed_out =
+      !col->cv.wait_until(lock, start + bound, [&] { return col->ended >= submitted; });
+  }
+  if (result.timed_out) {
+    if (opts.progress)
+      opts.progress(fmt::format("{}: timed out after {} s with {} of {} requests ended; "
+                                "cancelling the rest",
+                                daemon::to_string(mode), bound.count() / 1000, col->ended,
+                                submitted));
+    engine->shutdown("benchmark timeout");
+    std::unique_lock lock{col->mutex};
+    col->cv.wait_for(lock, std::chrono::seconds(10), [&] { return col->ended >= submitted; });
+  }
+
+  sampling.store(false, std::memory_order_release);
+  sampler.join();
+  {
+    std::lock_guard lock{col->mutex};
+    result.wall_ms = ms_between(start, col->last_end);
+  }
+  if (auto st = engine->stats(model, std::chrono::seconds(10)))
+    result.stats = *st;
+  else if (!result.timed_out)
+    return unexpected(fmt::format("scheduler statistics unavailable: {}", st.error()));
+  result.mean_slots_busy = gauge_samples ? slots_busy_sum / static_cast<double>(gauge_samples) : 0;
+  engine.reset();
+  {
+    // Sinks may still be referenced by actors being torn down; they only
+    // touch `result` under the collector's lock, and every one has ended.
+    std::lock_guard lock{col->mutex};
+    col->outcomes = nullptr;
+  }
+  return result;
+}
+
+} // namespace kvlane::tools::bench

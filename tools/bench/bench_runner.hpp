@@ -1,0 +1,107 @@
+#pragma once
+
+// kvlane::tools::bench — bench_runner: replays a workload against one mode.
+//
+// Problem it solves: comparing scheduling modes needs each mode to see the
+// same requests at the same (scaled) times on a fresh serving core, and the
+// figures to be read the same way for every mode. run_mode builds a fresh
+// actor system and in-process engine for one mode, submits every request at
+// its arrival time (simulated seconds / time_scale of wall time) from the
+// calling thread, collects each stream's end and timings through a sink, and
+// samples the snapshot store's occupancy (peak bytes and snapshots) and the
+// scheduler's gauges on a helper thread. All times it returns are simulated
+// milliseconds: wall milliseconds * time_scale.
+//
+// Threading: run_mode blocks the calling thread for the whole run; sinks run
+// on actor threads and only record.
+
+#include "tools/bench/trace.hpp"
+
+#include "actors/messages.hpp"
+#include "actors/scheduler.hpp"
+#include "common/expected.hpp"
+#include "daemon/config.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvlane::tools::bench {
+
+/// What happened to one request. Times are simulated milliseconds.
+struct request_outcome {
+  std::uint32_t index = 0;
+  bool interactive = false;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t output_tokens = 0; ///< requested
+  double arrival_s = 0;            ///< planned, simulated seconds
+  bool submitted = false;
+  bool ended = false;
+  actors::end_reason reason = actors::end_reason::error;
+  std::string error; ///< submit error or end message
+  std::uint32_t generated = 0;
+  std::uint32_t preemptions = 0;
+  double ttft_ms = std::numeric_limits<double>::quiet_NaN();
+  double tpot_ms = std::numeric_limits<double>::quiet_NaN();
+  double e2e_ms = std::numeric_limits<double>::quiet_NaN();
+  double end_s = 0; ///< simulated seconds since the run started
+
+  /// Ended normally (all its tokens, or a stop token).
+  bool completed() const noexcept {
+    return ended && (reason == actors::end_reason::length || reason == actors::end_reason::stop);
+  }
+};
+
+/// The scheduler's gauges at one moment of a run (sampled every ~100 ms of wall time).
+struct timeline_sample {
+  double t_s = 0;              ///< simulated seconds since the run started
+  std::uint32_t slots_busy = 0;
+  std::uint32_t resident = 0;
+  std::uint32_t waiting = 0;   ///< queued (no KV) or dropped
+  std::uint32_t parked = 0;
+  std::uint32_t queued_interactive = 0, queued_batch = 0;
+  double npu_busy = 0;         ///< step busy fraction since the previous sample
+  std::uint64_t tokens_generated = 0, preemptions = 0; ///< cumulative
+};
+
+struct run_options {
+  daemon::config cfg;      ///< the mode is set by run_mode
+  std::string model;       ///< empty = the first model
+  double time_scale = 1.0; ///< simulated ms per wall ms (the sim's time_scale; 1 on hardware)
+  std::chrono::milliseconds timeout{0}; ///< wall bound on one run; 0 = 60 s + 4x the arrival span
+  std::chrono::milliseconds sample_interval{5}; ///< store occupancy sampling (wall)
+  std::function<void(std::string_view)> progress; ///< optional, one line at a time
+};
+
+struct run_result {
+  daemon::scheduler_mode mode = daemon::scheduler_mode::overlap;
+  double time_scale = 1.0;
+  std::vector<request_outcome> requests;
+  actors::scheduler_stats stats; ///< the model's scheduler at the end of the run
+  double wall_ms = 0;            ///< run start (first arrival due) to the last end
+  std::uint64_t peak_store_bytes = 0;
+  std::uint64_t peak_snapshots = 0;
+  double mean_slots_busy = 0;       ///< sampled every ~100 ms of wall time
+  std::uint32_t peak_waiting = 0;   ///< sequences without a slot (queued or parked)
+  double max_submit_lag_ms = 0;     ///< wall ms the driver submitted late, at worst
+  std::vector<timeline_sample> timeline;
+  bool timed_out = false;
+  bool serialized = false; ///< transfers ran on the compute lane (sync, or a device that cannot overlap)
+
+  double sim_ms() const noexcept { return wall_ms * time_scale; }
+};
+
+/// Runs `requests` (in arrival order) against a fresh engine in `mode`.
+/// Fails only if the engine cannot be built; request failures are outcomes.
+expected<run_result, std::string> run_mode(const run_options& opts, daemon::scheduler_mode mode,
+                                           std::span<const trace_request> requests);
+
+/// The synthetic prompt of request `index`: `length` letter tokens.
+std::vector<backends::token_id> synthetic_prompt(std::uint32_t index, std::uint32_t length);
+
+} // namespace kvlane::tools::bench

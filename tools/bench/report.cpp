@@ -1,0 +1,510 @@
+#include "tools/bench/report.hpp"
+
+#include "tools/bench/json_writer.hpp"
+#include "tools/bench/stats.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace kvlane::tools::bench {
+
+namespace {
+
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+double div_or_nan(double a, double b) {
+  return b != 0 && std::isfinite(a) && std::isfinite(b) ? a / b : nan;
+}
+
+const mode_summary* find_mode(const std::vector<mode_summary>& modes, std::string_view name) {
+  for (auto& m : modes)
+    if (m.mode == name)
+      return &m;
+  return nullptr;
+}
+
+target_check make_target(std::string id, std::string description, double value, double threshold,
+                         bool at_least, bool evaluated) {
+  target_check t{std::move(id), std::move(description), value, threshold, at_least, std::nullopt};
+  if (evaluated)
+    t.pass = std::isfinite(value) && (at_least ? value >= threshold : value <= threshold);
+  return t;
+}
+
+std::string num(double x, int decimals = 1) {
+  if (!std::isfinite(x))
+    return "-";
+  return fmt::format("{:.{}f}", x, decimals);
+}
+
+} // namespace
+
+mode_summary summarize(const run_result& r) {
+  mode_summary s;
+  s.mode = std::string{daemon::to_string(r.mode)};
+  s.requests = r.requests.size();
+  std::vector<double> ttft, ttft_int, ttft_batch, tpot, e2e;
+  for (auto& o : r.requests) {
+    s.interactive += o.interactive;
+    s.output_tokens += o.generated;
+    if (!o.completed()) {
+      ++s.failed;
+      continue;
+    }
+    ++s.completed;
+    if (std::isfinite(o.ttft_ms)) {
+      ttft.push_back(o.ttft_ms);
+      (o.interactive ? ttft_int : ttft_batch).push_back(o.ttft_ms);
+    }
+    if (std::isfinite(o.tpot_ms))
+      tpot.push_back(o.tpot_ms);
+    if (std::isfinite(o.e2e_ms))
+      e2e.push_back(o.e2e_ms);
+  }
+  std::sort(ttft.begin(), ttft.end());
+  std::sort(tpot.begin(), tpot.end());
+  std::sort(e2e.begin(), e2e.end());
+  s.makespan_s = r.sim_ms() / 1000.0;
+  s.throughput_tok_s = div_or_nan(static_cast<double>(s.output_tokens), s.makespan_s);
+  s.request_s = div_or_nan(static_cast<double>(s.completed), s.makespan_s);
+  s.ttft_p50_ms = percentile_sorted(ttft, 50);
+  s.ttft_p90_ms = percentile_sorted(ttft, 90);
+  s.ttft_p99_ms = percentile_sorted(ttft, 99);
+  s.ttft_p99_interactive_ms = percentile(ttft_int, 99);
+  s.ttft_p99_batch_ms = percentile(ttft_batch, 99);
+  s.tpot_p50_ms = percentile_sorted(tpot, 50);
+  s.tpot_p99_ms = percentile_sorted(tpot, 99);
+  s.e2e_p50_ms = percentile_sorted(e2e, 50);
+  s.e2e_p99_ms = percentile_sorted(e2e, 99);
+  const auto& st = r.stats;
+  s.npu_busy = div_or_nan(st.step_busy_ms, r.wall_ms);
+  s.transfer_s = st.transfer_ms * r.time_scale / 1000.0;
+  s.transfer_hidden_reported = div_or_nan(st.transfer_hidden_ms, st.transfer_ms);
+  // On the compute lane a transfer cannot overlap a step, whatever the
+  // scheduler's estimate says (it counts a step queued behind the transfer).
+  s.transfer_hidden = r.serialized && st.transfer_ms > 0 ? 0.0 : s.transfer_hidden_reported;
+  s.preemptions = st.preemptions;
+  s.swaps = st.swaps;
+  s.recomputes = st.recomputes;
+  s.dumps = st.dumps;
+  s.loads = st.loads;
+  s.steps = st.steps;
+  s.slots = st.slots;
+  s.preemptions_per_s = div_or_nan(static_cast<double>(st.preemptions), s.makespan_s);
+  s.preemptions_per_slot_s = div_or_nan(s.preemptions_per_s, static_cast<double>(st.slots));
+  s.peak_store_bytes = r.peak_store_bytes;
+  s.peak_snapshots = r.peak_snapshots;
+  s.mean_slots_busy = r.mean_slots_busy;
+  s.peak_waiting = r.peak_waiting;
+  s.max_submit_lag_ms = r.max_submit_lag_ms * r.time_scale;
+  s.timed_out = r.timed_out;
+  s.ttft_samples_ms = std::move(ttft);
+  s.timeline = r.timeline;
+  return s;
+}
+
+ratio_set ratio(const mode_summary& mode, const mode_summary& baseline) {
+  ratio_set r;
+  r.name = mode.mode + "_vs_" + baseline.mode;
+  r.throughput = div_or_nan(mode.throughput_tok_s, baseline.throughput_tok_s);
+  r.ttft_p99 = div_or_nan(mode.ttft_p99_ms, baseline.ttft_p99_ms);
+  r.ttft_p99_interactive = div_or_nan(mode.ttft_p99_interactive_ms, baseline.ttft_p99_interactive_ms);
+  r.e2e_p99 = div_or_nan(mode.e2e_p99_ms, baseline.e2e_p99_ms);
+  r.tpot_p99 = div_or_nan(mode.tpot_p99_ms, baseline.tpot_p99_ms);
+  return r;
+}
+
+std::vector<ratio_set> standard_ratios(const std::vector<mode_summary>& modes) {
+  std::vector<ratio_set> out;
+  if (auto* ideal = find_mode(modes, "ideal"))
+    for (auto& m : modes)
+      if (m.mode != "ideal")
+        out.push_back(ratio(m, *ideal));
+  if (auto* overlap = find_mode(modes, "overlap"))
+    for (auto base : {"fcfs", "sync"})
+      if (auto* b = find_mode(modes, base))
+        out.push_back(ratio(*overlap, *b));
+  return out;
+}
+
+std::vector<target_check> comparison_targets(const std::vector<mode_summary>& modes,
+                                             bool transfers_overlap) {
+  const auto* overlap = find_mode(modes, "overlap");
+  std::vector<target_check> out;
+  if (transfers_overlap) {
+    const auto* ideal = find_mode(modes, "ideal");
+    const auto* fcfs = find_mode(modes, "fcfs");
+    const bool oi = overlap && ideal, of = overlap && fcfs;
+    out.push_back(make_target(
+      "overlap_throughput_vs_ideal", "overlap output tokens/s >= 0.97 x ideal",
+      oi ? div_or_nan(overlap->throughput_tok_s, ideal->throughput_tok_s) : nan, 0.97, true, oi));
+    out.push_back(make_target("overlap_ttft_p99_vs_ideal", "overlap TTFT p99 <= 1.2 x ideal",
+                              oi ? div_or_nan(overlap->ttft_p99_ms, ideal->ttft_p99_ms) : nan, 1.2,
+                              false, oi));
+    out.push_back(make_target(
+      "overlap_throughput_vs_fcfs", "overlap output tokens/s >= 0.95 x fcfs",
+      of ? div_or_nan(overlap->throughput_tok_s, fcfs->throughput_tok_s) : nan, 0.95, true, of));
+    out.push_back(make_target(
+      "interactive_ttft_p99_fcfs_over_overlap",
+      "interactive TTFT p99: fcfs / overlap >= 5 (at least 5x lower with overlap)",
+      of ? div_or_nan(fcfs->ttft_p99_interactive_ms, overlap->ttft_p99_interactive_ms) : nan, 5.0,
+      true, of));
+  } else {
+    const auto* sync = find_mode(modes, "sync");
+    const bool os = overlap && sync;
+    out.push_back(make_target(
+      "no_overlap_throughput_vs_sync",
+      "device cannot overlap: overlap output tokens/s >= 0.98 x sync (no worse; 2% noise margin)",
+      os ? div_or_nan(overlap->throughput_tok_s, sync->throughput_tok_s) : nan, 0.98, true, os));
+    out.push_back(make_target(
+      "no_overlap_ttft_p99_vs_sync",
+      "device cannot overlap: overlap TTFT p99 <= 1.10 x sync (no worse; 10% noise margin)",
+      os ? div_or_nan(overlap->ttft_p99_ms, sync->ttft_p99_ms) : nan, 1.10, false, os));
+  }
+  return out;
+}
+
+std::vector<target_check> sweep_targets(const std::vector<quantum_point>& points) {
+  double worst = std::numeric_limits<double>::infinity();
+  bool evaluated = false;
+  double sync_last = nan;
+  for (auto& p : points) {
+    const auto* o = find_mode(p.modes, "overlap");
+    const auto* i = find_mode(p.modes, "ideal");
+    const auto* s = find_mode(p.modes, "sync");
+    if (o && i) {
+      evaluated = true;
+      double v = div_or_nan(o->throughput_tok_s, i->throughput_tok_s);
+      worst = std::isfinite(v) ? std::min(worst, v) : nan;
+    }
+    if (s && i)
+      sync_last = div_or_nan(s->throughput_tok_s, i->throughput_tok_s);
+  }
+  std::vector<target_check> out;
+  out.push_back(make_target("sweep_overlap_throughput_vs_ideal_min",
+                            "quantum sweep: overlap output tokens/s >= 0.95 x ideal at every point "
+                            "(worst point shown)",
+                            evaluated ? worst : nan, 0.95, true, evaluated));
+  // Not a target: where sync ends up, for the record.
+  auto sync = make_target("sweep_sync_throughput_vs_ideal_last",
+                          "quantum sweep: sync output tokens/s / ideal at the shortest quantum "
+                          "(reported, no threshold)",
+                          sync_last, 0, true, false);
+  out.push_back(sync);
+  return out;
+}
+
+std::string format_table(const std::vector<mode_summary>& modes,
+                         const std::vector<ratio_set>& ratios,
+                         const std::vector<target_check>& targets) {
+  std::string out;
+  auto row = [&](std::string_view label, auto cell) {
+    out += fmt::format("{:<28}", label);
+    for (auto& m : modes)
+      out += fmt::format("{:>14}", cell(m));
+    out += '\n';
+  };
+  row("mode", [](const mode_summary& m) { return m.mode; });
+  row("completed / failed", [](const mode_summary& m) {
+    return fmt::format("{}/{}{}", m.completed, m.failed, m.timed_out ? "!" : "");
+  });
+  row("output tokens/s", [](const mode_summary& m) { return num(m.throughput_tok_s, 1); });
+  row("requests/s", [](const mode_summary& m) { return num(m.request_s, 3); });
+  row("TTFT p50 ms", [](const mode_summary& m) { return num(m.ttft_p50_ms, 0); });
+  row("TTFT p90 ms", [](const mode_summary& m) { return num(m.ttft_p90_ms, 0); });
+  row("TTFT p99 ms", [](const mode_summary& m) { return num(m.ttft_p99_ms, 0); });
+  row("TTFT p99 interactive ms", [](const mode_summary& m) { return num(m.ttft_p99_interactive_ms, 0); });
+  row("TTFT p99 batch ms", [](const mode_summary& m) { return num(m.ttft_p99_batch_ms, 0); });
+  row("TPOT p50 ms", [](const mode_summary& m) { return num(m.tpot_p50_ms, 1); });
+  row("TPOT p99 ms", [](const mode_summary& m) { return num(m.tpot_p99_ms, 1); });
+  row("E2E p50 ms", [](const mode_summary& m) { return num(m.e2e_p50_ms, 0); });
+  row("E2E p99 ms", [](const mode_summary& m) { return num(m.e2e_p99_ms, 0); });
+  row("NPU busy", [](const mode_summary& m) { return num(m.npu_busy, 3); });
+  row("transfer s", [](const mode_summary& m) { return num(m.transfer_s, 1); });
+  row("transfer hidden", [](const mode_summary& m) { return num(m.transfer_hidden, 3); });
+  row("preemptions", [](const mode_summary& m) { return fmt::format("{}", m.preemptions); });
+  row("swaps / recomputes", [](const mode_summary& m) {
+    return fmt::format("{}/{}", m.swaps, m.recomputes);
+  });
+  row("preemptions/slot/s", [](const mode_summary& m) { return num(m.preemptions_per_slot_s, 3); });
+  row("peak store KiB", [](const mode_summary& m) {
+    return fmt::format("{}", m.peak_store_bytes / 1024);
+  });
+  row("peak snapshots", [](const mode_summary& m) { return fmt::format("{}", m.peak_snapshots); });
+  row("mean slots busy", [](const mode_summary& m) { return num(m.mean_slots_busy, 1); });
+  row("peak waiting", [](const mode_summary& m) { return fmt::format("{}", m.peak_waiting); });
+  row("makespan s", [](const mode_summary& m) { return num(m.makespan_s, 1); });
+  row("max submit lag ms", [](const mode_summary& m) { return num(m.max_submit_lag_ms, 0); });
+
+  if (!ratios.empty()) {
+    out += fmt::format("\n{:<20}{:>12}{:>12}{:>14}{:>12}{:>12}\n", "ratio", "tokens/s",
+                       "TTFT p99", "TTFT p99 int", "TPOT p99", "E2E p99");
+    for (auto& r : ratios)
+      out += fmt::format("{:<20}{:>12}{:>12}{:>14}{:>12}{:>12}\n", r.name, num(r.throughput, 3),
+                         num(r.ttft_p99, 3), num(r.ttft_p99_interactive, 3), num(r.tpot_p99, 3),
+                         num(r.e2e_p99, 3));
+  }
+  if (!targets.empty())
+    out += "\n" + format_targets(targets);
+  return out;
+}
+
+std::string format_targets(const std::vector<target_check>& targets) {
+  std::string out = "targets:\n";
+  for (auto& t : targets) {
+    std::string verdict = !t.pass ? "  --  " : *t.pass ? " PASS " : " FAIL ";
+    if (!t.pass && t.threshold == 0)
+      verdict = " info ";
+    out += fmt::format("  [{}] {:<42} {:>8}  ({})\n", verdict, t.id, num(t.value, 3),
+                       t.description);
+  }
+  return out;
+}
+
+std::string format_quantum_sweep(const std::vector<quantum_point>& points) {
+  std::string out = fmt::format("{:>8}  {:<8}{:>12}{:>14}{:>16}{:>12}{:>12}\n", "quantum", "mode",
+                                "tokens/s", "preempt/s", "preempt/slot/s", "vs ideal", "NPU busy");
+  for (auto& p : points) {
+    const mode_summary* ideal = find_mode(p.modes, "ideal");
+    for (auto& m : p.modes)
+      out += fmt::format("{:>8}  {:<8}{:>12}{:>14}{:>16}{:>12}{:>12}\n", p.quantum_tokens, m.mode,
+                         num(m.throughput_tok_s, 1), num(m.preemptions_per_s, 2),
+                         num(m.preemptions_per_slot_s, 3),
+                         ideal ? num(div_or_nan(m.throughput_tok_s, ideal->throughput_tok_s), 3)
+                               : "-",
+                         num(m.npu_busy, 3));
+  }
+  return out;
+}
+
+std::string format_load_sweep(const std::vector<load_point>& points) {
+  std::string out = fmt::format("{:>6}{:>9}  {:<8}{:>12}{:>12}{:>14}{:>12}\n", "load", "offered",
+                                "mode", "tokens/s", "TTFT p99", "TTFT p99 int", "completed");
+  for (auto& p : points)
+    for (auto& m : p.modes)
+      out += fmt::format("{:>6}{:>9}  {:<8}{:>12}{:>12}{:>14}{:>12}\n", num(p.load, 2),
+                         num(p.offered_load, 3), m.mode, num(m.throughput_tok_s, 1),
+                         num(m.ttft_p99_ms, 0), num(m.ttft_p99_interactive_ms, 0),
+                         fmt::format("{}/{}", m.completed, m.requests));
+  return out;
+}
+
+namespace {
+
+void write_mode(json_writer& w, const mode_summary& m, bool timeline) {
+  w.begin_object();
+  w.field("requests", std::uint64_t{m.requests});
+  w.field("completed", std::uint64_t{m.completed});
+  w.field("failed", std::uint64_t{m.failed});
+  w.field("interactive", std::uint64_t{m.interactive});
+  w.field("output_tokens", m.output_tokens);
+  w.field("makespan_s", m.makespan_s);
+  w.field("throughput_tok_s", m.throughput_tok_s);
+  w.field("request_s", m.request_s);
+  w.field("ttft_p50_ms", m.ttft_p50_ms);
+  w.field("ttft_p90_ms", m.ttft_p90_ms);
+  w.field("ttft_p99_ms", m.ttft_p99_ms);
+  w.field("ttft_p99_interactive_ms", m.ttft_p99_interactive_ms);
+  w.field("ttft_p99_batch_ms", m.ttft_p99_batch_ms);
+  w.field("tpot_p50_ms", m.tpot_p50_ms);
+  w.field("tpot_p99_ms", m.tpot_p99_ms);
+  w.field("e2e_p50_ms", m.e2e_p50_ms);
+  w.field("e2e_p99_ms", m.e2e_p99_ms);
+  w.field("npu_busy", m.npu_busy);
+  w.field("transfer_s", m.transfer_s);
+  w.field("transfer_hidden", m.transfer_hidden);
+  w.field("transfer_hidden_reported", m.transfer_hidden_reported);
+  w.field("preemptions", m.preemptions);
+  w.field("swaps", m.swaps);
+  w.field("recomputes", m.recomputes);
+  w.field("dumps", m.dumps);
+  w.field("loads", m.loads);
+  w.field("steps", m.steps);
+  w.field("preemptions_per_s", m.preemptions_per_s);
+  w.field("preemptions_per_slot_s", m.preemptions_per_slot_s);
+  w.field("peak_store_bytes", m.peak_store_bytes);
+  w.field("peak_snapshots", m.peak_snapshots);
+  w.field("mean_slots_busy", m.mean_slots_busy);
+  w.field("peak_waiting", m.peak_waiting);
+  w.field("slots", m.slots);
+  w.field("max_submit_lag_ms", m.max_submit_lag_ms);
+  w.field("timed_out", m.timed_out);
+  if (timeline) {
+    w.field("timeline_columns", "t_s slots_busy resident waiting parked queued_interactive "
+                                "queued_batch npu_busy tokens_generated preemptions");
+    w.key("timeline").begin_array();
+    for (auto& t : m.timeline)
+      w.value(fmt::format("{:.1f} {} {} {} {} {} {} {:.3f} {} {}", t.t_s, t.slots_busy,
+                          t.resident, t.waiting, t.parked, t.queued_interactive, t.queued_batch,
+                          t.npu_busy, t.tokens_generated, t.preemptions));
+    w.end_array();
+  }
+  w.end_object();
+}
+
+void write_modes(json_writer& w, const std::vector<mode_summary>& modes, bool timeline = false) {
+  w.begin_object();
+  for (auto& m : modes) {
+    w.key(m.mode);
+    write_mode(w, m, timeline);
+  }
+  w.end_object();
+}
+
+void write_ratios(json_writer& w, const std::vector<ratio_set>& ratios) {
+  w.begin_object();
+  for (auto& r : ratios) {
+    w.key(r.name).begin_object();
+    w.field("throughput", r.throughput);
+    w.field("ttft_p99", r.ttft_p99);
+    w.field("ttft_p99_interactive", r.ttft_p99_interactive);
+    w.field("tpot_p99", r.tpot_p99);
+    w.field("e2e_p99", r.e2e_p99);
+    w.end_object();
+  }
+  w.end_object();
+}
+
+void write_targets(json_writer& w, const std::vector<target_check>& targets) {
+  w.begin_array();
+  for (auto& t : targets) {
+    w.begin_object();
+    w.field("id", t.id);
+    w.field("description", t.description);
+    w.field("value", t.value);
+    w.field("threshold", t.threshold);
+    w.field("at_least", t.at_least);
+    w.key("pass");
+    if (t.pass)
+      w.value(*t.pass);
+    else
+      w.null();
+    w.end_object();
+  }
+  w.end_array();
+}
+
+void write_profile(json_writer& w, const report_context& c) {
+  const daemon::model_section* m = nullptr;
+  for (auto& x : c.cfg.models)
+    if (x.name == c.model)
+      m = &x;
+  w.begin_object();
+  w.field("source", c.profile_source);
+  if (!c.profile_toml.empty())
+    w.field("toml", c.profile_toml);
+  w.field("model", c.model);
+  if (m) {
+    w.field("backend", m->backend);
+    const auto& s = m->sim;
+    w.key("sim").begin_object();
+    w.field("slots", s.slots);
+    w.field("max_context", s.max_context);
+    w.field("max_prefill_chunk", s.max_prefill_chunk);
+    w.field("snapshot_bytes", s.snapshot_bytes);
+    w.field("snapshot", s.extent == backends::snapshot_extent::full_slot ? "full" : "used");
+    w.field("step_base_ms", s.step_base_ms);
+    w.field("step_per_token_ms", s.step_per_token_ms);
+    w.field("dump_min_ms", s.dump_min_ms);
+    w.field("dump_max_ms", s.dump_max_ms);
+    w.field("load_min_ms", s.load_min_ms);
+    w.field("load_max_ms", s.load_max_ms);
+    w.field("time_scale", s.time_scale);
+    w.field("overlap", backends::to_string(s.overlap));
+    w.field("seed", s.seed);
+    w.field("eos_rate", s.eos_rate);
+    w.end_object();
+  }
+  const auto& p = c.cfg.scheduler;
+  w.key("scheduler").begin_object();
+  w.field("quantum_tokens", p.quantum_tokens);
+  w.field("levels", p.levels);
+  w.field("spare_slots", p.spare_slots);
+  w.field("max_step_tokens", p.max_step_tokens);
+  w.field("aging_steps", p.aging_steps);
+  w.field("ewma_alpha", p.ewma_alpha);
+  w.end_object();
+  w.field("store_max_bytes", c.cfg.store.max_bytes);
+  w.field("worker_threads", c.cfg.daemon.worker_threads);
+  w.field("time_scale", c.time_scale);
+  w.end_object();
+}
+
+void write_workload(json_writer& w, const report_context& c) {
+  w.begin_object();
+  w.field("source", c.workload_source);
+  if (!c.trace_path.empty())
+    w.field("trace", c.trace_path);
+  if (!c.synthetic_desc.empty())
+    w.field("synthetic", c.synthetic_desc);
+  w.field("requests", std::uint64_t{c.requests});
+  w.field("clamped", std::uint64_t{c.clamped});
+  w.field("interactive", std::uint64_t{c.interactive});
+  w.field("interactive_share", c.interactive_share);
+  w.field("seed", c.seed);
+  w.key("load");
+  if (c.load)
+    w.value(*c.load);
+  else
+    w.null();
+  w.field("rate_scale", c.rate_scale);
+  w.field("offered_load", c.offered_load);
+  w.field("capacity_req_s", c.capacity_req_s);
+  w.field("work_s", c.work_s);
+  w.field("arrival_span_s", c.arrival_span_s);
+  w.field("prompt_tokens_mean", c.prompt_tokens_mean);
+  w.field("output_tokens_mean", c.output_tokens_mean);
+  w.end_object();
+}
+
+} // namespace
+
+std::string to_json(const bench_report& r) {
+  json_writer w;
+  w.begin_object();
+  w.field("tool", "kvlane-bench");
+  w.field("version", KVLANE_VERSION);
+  w.field("command_line", r.ctx.command_line);
+  w.field("path", r.ctx.path);
+  w.field("time_unit", "simulated ms (wall ms x time_scale); rates per simulated second");
+  w.key("profile");
+  write_profile(w, r.ctx);
+  w.key("workload");
+  write_workload(w, r.ctx);
+  w.key("modes");
+  write_modes(w, r.modes, r.include_timeline);
+  w.key("ratios");
+  write_ratios(w, r.ratios);
+  w.key("targets");
+  write_targets(w, r.targets);
+  if (!r.load_sweep.empty()) {
+    w.key("load_sweep").begin_array();
+    for (auto& p : r.load_sweep) {
+      w.begin_object();
+      w.field("load", p.load);
+      w.field("offered_load", p.offered_load);
+      w.key("modes");
+      write_modes(w, p.modes);
+      w.end_object();
+    }
+    w.end_array();
+  }
+  if (!r.quantum_sweep.empty()) {
+    w.key("quantum_sweep").begin_array();
+    for (auto& p : r.quantum_sweep) {
+      w.begin_object();
+      w.field("quantum_tokens", p.quantum_tokens);
+      w.key("modes");
+      write_modes(w, p.modes);
+      w.end_object();
+    }
+    w.end_array();
+  }
+  w.end_object();
+  return w.str() + "\n";
+}
+
+} // namespace kvlane::tools::bench

@@ -1,0 +1,155 @@
+#pragma once
+
+// kvlane::tools::bench — report: the figures of a benchmark, as a table and as JSON.
+//
+// Problem it solves: every mode's run must be read the same way (which
+// requests count, which clock, which percentile), compared against the
+// `ideal` bound and the `fcfs`/`sync` baselines measured in the same
+// invocation, and checked against the project's targets — in one place, so
+// the printed table, the JSON file and the plot never disagree.
+//
+// All latencies are simulated milliseconds (wall ms * time_scale); rates are
+// per simulated second. JSON field names are part of the interface
+// (docs/benchmarks.md): throughput_tok_s, ttft_p50_ms, ttft_p99_ms,
+// ttft_p99_interactive_ms, tpot_p50_ms, tpot_p99_ms, e2e_p99_ms, npu_busy,
+// transfer_hidden, preemptions, swaps, recomputes, completed, failed, ...
+//
+// Threading: plain functions over values.
+
+#include "tools/bench/bench_runner.hpp"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvlane::tools::bench {
+
+/// The figures of one mode's run.
+struct mode_summary {
+  std::string mode;
+  std::size_t requests = 0, completed = 0, failed = 0;
+  std::size_t interactive = 0;
+  std::uint64_t output_tokens = 0;
+  double makespan_s = 0; ///< run start to the last end
+  double throughput_tok_s = 0, request_s = 0;
+  double ttft_p50_ms = 0, ttft_p90_ms = 0, ttft_p99_ms = 0;
+  double ttft_p99_interactive_ms = 0, ttft_p99_batch_ms = 0;
+  double tpot_p50_ms = 0, tpot_p99_ms = 0;
+  double e2e_p50_ms = 0, e2e_p99_ms = 0;
+  double npu_busy = 0;        ///< step_busy / wall of the run
+  double transfer_s = 0;      ///< simulated seconds of dump + load
+  double transfer_hidden = 0; ///< fraction of transfer time a step ran alongside (NaN: none);
+                              ///< 0 when transfers ran on the compute lane (serialized)
+  double transfer_hidden_reported = 0; ///< the scheduler's own figure (see docs/benchmarks.md)
+  std::uint64_t preemptions = 0, swaps = 0, recomputes = 0, dumps = 0, loads = 0;
+  std::uint64_t steps = 0;
+  double preemptions_per_s = 0;      ///< per simulated second
+  double preemptions_per_slot_s = 0; ///< per slot per simulated second
+  std::uint64_t peak_store_bytes = 0, peak_snapshots = 0;
+  double mean_slots_busy = 0;
+  std::uint32_t peak_waiting = 0;
+  std::uint32_t slots = 0;
+  double max_submit_lag_ms = 0; ///< simulated ms the driver was late at worst
+  bool timed_out = false;
+  std::vector<double> ttft_samples_ms; ///< completed requests, for CDF plots (not in JSON)
+  std::vector<timeline_sample> timeline; ///< in JSON only with bench_report::include_timeline
+};
+
+mode_summary summarize(const run_result& r);
+
+/// `mode` against `baseline`: value / baseline value for each figure.
+struct ratio_set {
+  std::string name; ///< e.g. "overlap_vs_ideal"
+  double throughput = 0;
+  double ttft_p99 = 0;
+  double ttft_p99_interactive = 0;
+  double e2e_p99 = 0;
+  double tpot_p99 = 0;
+};
+
+ratio_set ratio(const mode_summary& mode, const mode_summary& baseline);
+
+/// Every mode against `ideal`, and `overlap` against `fcfs` and `sync`
+/// (those whose modes ran).
+std::vector<ratio_set> standard_ratios(const std::vector<mode_summary>& modes);
+
+/// One target of the project, checked on a run.
+struct target_check {
+  std::string id;          ///< stable name, e.g. "overlap_throughput_vs_ideal"
+  std::string description; ///< what it means, in words
+  double value = 0;
+  double threshold = 0;
+  bool at_least = true;    ///< pass when value >= threshold (else value <= threshold)
+  std::optional<bool> pass; ///< nullopt: not evaluated (a mode it needs did not run)
+};
+
+/// The comparison's targets. With `transfers_overlap` (the sim can overlap)
+/// overlap is held to ideal and to fcfs; without, to sync (it must fall back).
+std::vector<target_check> comparison_targets(const std::vector<mode_summary>& modes,
+                                             bool transfers_overlap);
+
+/// One point of the quantum sweep: a quantum and each mode's figures there.
+struct quantum_point {
+  std::uint32_t quantum_tokens = 0;
+  std::vector<mode_summary> modes;
+};
+
+/// overlap >= 0.95 x ideal at every point; sync's ratio at the last point.
+std::vector<target_check> sweep_targets(const std::vector<quantum_point>& points);
+
+/// One point of the load sweep.
+struct load_point {
+  double load = 0;         ///< requested
+  double offered_load = 0; ///< as measured on the scaled arrivals
+  std::vector<mode_summary> modes;
+};
+
+/// Everything a report holds besides the figures: where they came from.
+struct report_context {
+  std::string command_line;
+  std::string path = "inproc";
+  std::string profile_source;   ///< "built-in bench profile" or the config path
+  std::string profile_toml;     ///< the built-in profile's text (empty for a file)
+  daemon::config cfg;           ///< as run (mode aside)
+  std::string model;
+  double time_scale = 1.0;
+  // workload
+  std::string workload_source;  ///< "trace" or "synthetic"
+  std::string trace_path;
+  std::size_t requests = 0, clamped = 0, interactive = 0;
+  double interactive_share = 0;
+  std::uint64_t seed = 1;
+  std::optional<double> load;   ///< requested load, when arrivals were scaled to one
+  double rate_scale = 1.0;      ///< arrival rate multiplier applied to the source
+  double offered_load = 0;
+  double capacity_req_s = 0;
+  double work_s = 0;            ///< simulated NPU seconds the requests need at saturation
+  double arrival_span_s = 0;
+  double prompt_tokens_mean = 0, output_tokens_mean = 0;
+  std::string synthetic_desc;   ///< synthetic workload parameters, if any
+};
+
+struct bench_report {
+  report_context ctx;
+  std::vector<mode_summary> modes;
+  std::vector<ratio_set> ratios;
+  std::vector<target_check> targets;
+  std::vector<load_point> load_sweep;
+  std::vector<quantum_point> quantum_sweep;
+  bool include_timeline = false; ///< write each mode's gauge timeline into the JSON
+};
+
+/// The human-readable report: one column per mode, ratios, targets.
+std::string format_table(const std::vector<mode_summary>& modes,
+                         const std::vector<ratio_set>& ratios,
+                         const std::vector<target_check>& targets);
+
+std::string format_targets(const std::vector<target_check>& targets);
+std::string format_quantum_sweep(const std::vector<quantum_point>& points);
+std::string format_load_sweep(const std::vector<load_point>& points);
+
+/// The JSON document (see docs/benchmarks.md for its fields).
+std::string to_json(const bench_report& r);
+
+} // namespace kvlane::tools::bench
