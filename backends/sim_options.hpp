@@ -24,6 +24,8 @@ struct fault_spec {
   std::uint64_t fail_nth = 0;  ///< fail exactly the Nth call (1-based); 0 = off
   double fail_rate = 0.0;      ///< fail this fraction of calls (seeded, deterministic)
   backend_errc code = backend_errc::device_failure;
+
+  friend bool operator==(const fault_spec&, const fault_spec&) = default;
 };
 
 struct sim_options {
@@ -48,6 +50,8 @@ struct sim_options {
   fault_spec step_faults;
   fault_spec dump_faults;
   fault_spec load_faults;
+
+  friend bool operator==(const sim_options&, const sim_options&) = default;
 };
 
 } // namespace kvlane::backends

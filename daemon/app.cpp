@@ -1,13 +1,15 @@
 #include "daemon/app.hpp"
 
 #include "actors/engine.hpp"
+#include "daemon/admin_server.hpp"
 #include "daemon/gateway.hpp"
 #include "daemon/logging.hpp"
+#include "daemon/metrics.hpp"
+#include "daemon/metrics_http.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
-#include <systemd/sd-daemon.h>
 
 #include <cerrno>
 #include <chrono>
@@ -59,6 +61,30 @@ std::string resolve_runtime_dir(const daemon_section& d) {
 
 app::app(config cfg) : cfg_(std::move(cfg)) {}
 
+namespace {
+
+void log_completion(const actors::completion& c) {
+  const auto& e = *c.end;
+  auto log = logging::get("scheduler");
+  auto level = e.reason == actors::end_reason::error ? spdlog::level::warn : spdlog::level::info;
+  log->log(level,
+           "request {} ({}, client '{}', model '{}') ended: {}{}{}; {} prompt + {} generated "
+           "tokens, ttft {:.1f} ms, tpot {:.1f} ms, e2e {:.1f} ms, preemptions {}",
+           c.id, actors::to_string(c.priority), c.client, c.model, actors::to_string(e.reason),
+           e.message.empty() ? "" : ": ", e.message, e.prompt_tokens, e.generated_tokens,
+           e.ttft_ms, e.tpot_ms, e.e2e_ms, e.preemptions);
+}
+
+expected<std::shared_ptr<const ipc::access_policy>, std::string>
+admin_policy(const admin_section& a) {
+  auto p = ipc::access_policy::create(a.allow_users, a.allow_groups, /*open_when_empty=*/false);
+  if (!p)
+    return unexpected("[admin] " + std::move(p).error());
+  return std::make_shared<const ipc::access_policy>(std::move(*p));
+}
+
+} // namespace
+
 app::~app() {
   stop();
 }
@@ -67,9 +93,10 @@ void app::on_stop(std::string what, std::function<void()> fn) {
   stops_.emplace_back(std::move(what), std::move(fn));
 }
 
-expected<std::unique_ptr<app>, std::string> app::create(config cfg) {
+expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string config_path) {
   auto log = logging::get("daemon");
   std::unique_ptr<app> self{new app(std::move(cfg))};
+  self->config_path_ = std::move(config_path);
 
   self->runtime_dir_ = resolve_runtime_dir(self->cfg_.daemon);
   if (auto ok = make_runtime_dir(self->runtime_dir_); !ok)
@@ -89,8 +116,18 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg) {
     s->actor_cfg_.reset();
   });
 
+  // Request metrics, fed by the engine's completion hook.
+  std::vector<std::string> names;
+  for (auto& m : self->cfg_.models)
+    names.push_back(m.name);
+  self->metrics_ = std::make_unique<metrics>(std::move(names));
+
   // The engine: snapshot store, model backends, schedulers and their lanes.
-  auto eng = actors::engine::create(*self->system_, self->cfg_);
+  auto eng = actors::engine::create(*self->system_, self->cfg_, {},
+                                    [m = self->metrics_.get()](const actors::completion& c) {
+                                      m->record(c);
+                                      log_completion(c);
+                                    });
   if (!eng)
     return unexpected(std::move(eng).error());
   self->engine_ = std::move(*eng);
@@ -113,6 +150,46 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg) {
     s->gateway_->stop();
     s->gateway_.reset();
   });
+
+  // The admin socket and, when configured, HTTP metrics.
+  auto& sv = self->services_;
+  sv.engine = self->engine_.get();
+  sv.registry = self->metrics_.get();
+  sv.version = KVLANE_VERSION;
+  sv.mode = std::string{to_string(self->cfg_.scheduler.mode)};
+  sv.started = self->started_;
+  sv.clients_connected = [s = self.get()] {
+    return s->gateway_ ? s->gateway_->counters().clients_connected.load() : 0;
+  };
+  sv.reload = [s = self.get()] { return s->reload(); };
+  sv.set_log_level = [](std::string_view logger, std::string_view level) {
+    return logging::set_level(logger, level);
+  };
+  auto policy = admin_policy(self->cfg_.admin);
+  if (!policy)
+    return unexpected(std::move(policy).error());
+  admin_server::options ao;
+  ao.path = self->admin_socket_path();
+  ao.socket_mode = self->cfg_.admin.socket_mode;
+  auto admin = admin_server::create(ao, std::move(*policy), [s = self.get()](std::string_view line) {
+    return handle_admin_request(line, s->services_);
+  });
+  if (!admin)
+    return unexpected(std::move(admin).error());
+  self->admin_ = std::move(*admin);
+  logging::get("admin")->info("admin socket {} (mode {:04o})", self->admin_->path(),
+                              self->cfg_.admin.socket_mode);
+  self->on_stop("admin socket", [s = self.get()] { s->admin_.reset(); });
+
+  if (!self->cfg_.metrics.listen.empty()) {
+    auto where = parse_listen(self->cfg_.metrics.listen);
+    auto http = metrics_http::create(*where, [s = self.get()] { return render_metrics(s->services_); });
+    if (!http)
+      return unexpected(std::move(http).error());
+    self->http_ = std::move(*http);
+    logging::get("admin")->info("metrics on http://{}/metrics", self->cfg_.metrics.listen);
+    self->on_stop("metrics HTTP", [s = self.get()] { s->http_.reset(); });
+  }
   return self;
 }
 
@@ -120,7 +197,7 @@ bool app::stop() {
   if (stops_.empty())
     return true;
   auto log = logging::get("daemon");
-  sd_notify(0, "STOPPING=1");
+  notify_.stopping();
   const auto bound = cfg_.daemon.shutdown_timeout;
 
   // A watchdog bounds the whole shutdown: a stop action that hangs (a wedged
@@ -155,25 +232,192 @@ bool app::stop() {
   return true;
 }
 
+std::string app::summary() const {
+  std::uint32_t busy = 0, slots = 0, queued = 0;
+  for (auto& m : engine_->models()) {
+    auto st = engine_->stats(m.name, std::chrono::seconds(1));
+    if (!st)
+      continue;
+    busy += st->slots_busy;
+    slots += st->slots;
+    queued += st->queued_interactive + st->queued_batch;
+  }
+  auto store = engine_->store_stats();
+  return fmt::format("{}{} model(s), slots {}/{}, queued {}, clients {}, store {} MiB, mode {}",
+                     drain_.active ? "draining: " : "", engine_->models().size(), busy, slots,
+                     queued, gateway_ ? gateway_->counters().clients_connected.load() : 0,
+                     store.committed_bytes >> 20,
+                     to_string(cfg_.scheduler.mode));
+}
+
+// Periodic work of the main thread: watchdog, status line, the end of a drain.
+void app::tick(std::chrono::steady_clock::time_point now) {
+  auto log = logging::get("daemon");
+  if (watchdog_) {
+    // A backend call running for longer than the watchdog interval means a
+    // hung NPU: stop pinging and let systemd restart the service.
+    auto stuck = engine_->stuck_call(*watchdog_);
+    if (stuck.empty()) {
+      notify_.watchdog();
+      watchdog_starved_ = false;
+    } else if (!watchdog_starved_) {
+      log->critical("{}; withholding watchdog pings", stuck);
+      watchdog_starved_ = true;
+    }
+  }
+  if (now - last_status_ >= std::chrono::seconds(5)) {
+    notify_.status(summary());
+    last_status_ = now;
+  }
+}
+
 exit_code app::run(const sigset_t& signals) {
   auto log = logging::get("daemon");
-  sd_notify(0, "READY=1");
+  watchdog_ = notify_.watchdog_interval();
+  notify_.ready(summary());
+  last_status_ = std::chrono::steady_clock::now();
   log->info("ready: {} model(s), scheduler mode {}", engine_->models().size(),
             to_string(cfg_.scheduler.mode));
   for (;;) {
-    int sig = 0;
-    if (int rc = sigwait(&signals, &sig); rc != 0) {
-      log->critical("sigwait failed: {}", std::strerror(rc));
-      stop();
-      return exit_code::runtime_failure;
-    }
-    if (sig == SIGHUP) {
-      log->warn("SIGHUP received: live reload is not supported yet; restart to apply changes");
+    // Wake at least every second (the watchdog wants a ping every half
+    // interval), and every 50 ms while draining to notice the last finish.
+    auto period = std::chrono::milliseconds(drain_.active ? 50 : 1000);
+    if (watchdog_)
+      period = std::min(period, std::chrono::duration_cast<std::chrono::milliseconds>(*watchdog_ / 2));
+    timespec ts{static_cast<time_t>(period.count() / 1000),
+                static_cast<long>(period.count() % 1000) * 1'000'000};
+    int sig = sigtimedwait(&signals, nullptr, &ts);
+    auto now = std::chrono::steady_clock::now();
+    if (sig < 0) {
+      if (errno != EAGAIN && errno != EINTR) {
+        log->critical("sigtimedwait failed: {}", std::strerror(errno));
+        stop();
+        return exit_code::runtime_failure;
+      }
+      tick(now);
+      if (drain_.active && (engine_->list().empty() || now >= drain_.deadline)) {
+        auto left = engine_->list().size();
+        if (left > 0)
+          log->warn("shutdown grace of {} ms is over; cancelling {} running sequence(s)",
+                    cfg_.daemon.shutdown_grace.count(), left);
+        else
+          log->info("every running sequence finished");
+        return stop() ? exit_code::ok : exit_code::runtime_failure;
+      }
       continue;
     }
-    log->info("{} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    return stop() ? exit_code::ok : exit_code::runtime_failure;
+    if (sig == SIGHUP) {
+      reload();
+      continue;
+    }
+    const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (drain_.active) {
+      log->info("second {} received: stopping now", name);
+      return stop() ? exit_code::ok : exit_code::runtime_failure;
+    }
+    engine_->set_admitting(false);
+    drain_.active = true;
+    drain_.deadline = now + cfg_.daemon.shutdown_grace;
+    auto running = engine_->list().size();
+    log->info("{} received, shutting down: admitting no new requests; {} running sequence(s) "
+              "may finish within {} ms (send it again to stop at once)",
+              name, running, cfg_.daemon.shutdown_grace.count());
+    notify_.stopping();
+    notify_.status(summary());
   }
+}
+
+reload_report app::reload() {
+  std::lock_guard lock{reload_mutex_};
+  auto log = logging::get("daemon");
+  reload_report r;
+  notify_.reloading();
+  auto fresh = load(config_path_);
+  if (!fresh) {
+    r.error = fresh.error().message;
+    log->error("reload rejected, nothing changed: {}", r.error);
+    notify_.ready(summary());
+    return r;
+  }
+  auto& now = cfg_;
+  auto& next = *fresh;
+
+  // Validate everything first so that a rejected reload changes nothing.
+  std::shared_ptr<const ipc::access_policy> new_admin;
+  if (next.admin.allow_users != now.admin.allow_users
+      || next.admin.allow_groups != now.admin.allow_groups) {
+    auto p = admin_policy(next.admin);
+    if (!p) {
+      r.error = p.error();
+      log->error("reload rejected, nothing changed: {}", r.error);
+      notify_.ready(summary());
+      return r;
+    }
+    new_admin = std::move(*p);
+  }
+  for (auto& [logger, level] : next.daemon.log_levels)
+    if (!logging::known_logger(logger)) {
+      r.error = fmt::format("daemon.log_levels: unknown logger '{}'", logger);
+      log->error("reload rejected, nothing changed: {}", r.error);
+      notify_.ready(summary());
+      return r;
+    }
+
+  if (next.daemon.log_level != now.daemon.log_level
+      || next.daemon.log_levels != now.daemon.log_levels) {
+    r.applied.push_back("daemon.log_level / daemon.log_levels");
+    now.daemon.log_level = next.daemon.log_level;
+    now.daemon.log_levels = next.daemon.log_levels;
+  }
+  logging::set_level("*", now.daemon.log_level);
+  for (auto& [logger, level] : now.daemon.log_levels)
+    logging::set_level(logger, level);
+
+  if (next.daemon.shutdown_timeout != now.daemon.shutdown_timeout
+      || next.daemon.shutdown_grace != now.daemon.shutdown_grace) {
+    r.applied.push_back("daemon.shutdown_timeout_ms / daemon.shutdown_grace_ms");
+    now.daemon.shutdown_timeout = next.daemon.shutdown_timeout;
+    now.daemon.shutdown_grace = next.daemon.shutdown_grace;
+  }
+  auto knobs = next.scheduler;
+  knobs.mode = now.scheduler.mode;
+  if (knobs != now.scheduler) {
+    if (engine_->update_policy(knobs)) {
+      r.applied.push_back("scheduler (quantum_tokens, levels, spare_slots, max_step_tokens, "
+                          "aging_steps, ewma_alpha)");
+      now.scheduler = knobs;
+    } else {
+      r.needs_restart.push_back("scheduler: a model's scheduler did not confirm the new knobs");
+    }
+  }
+  if (new_admin) {
+    admin_->set_policy(std::move(new_admin));
+    now.admin.allow_users = next.admin.allow_users;
+    now.admin.allow_groups = next.admin.allow_groups;
+    r.applied.push_back("admin.allow_users / admin.allow_groups");
+  }
+
+  if (next.scheduler.mode != now.scheduler.mode)
+    r.needs_restart.push_back("scheduler.mode");
+  if (next.daemon.runtime_dir != now.daemon.runtime_dir)
+    r.needs_restart.push_back("daemon.runtime_dir");
+  if (next.daemon.worker_threads != now.daemon.worker_threads)
+    r.needs_restart.push_back("daemon.worker_threads");
+  if (next.models != now.models)
+    r.needs_restart.push_back("model (models, backends and their options)");
+  if (next.store != now.store)
+    r.needs_restart.push_back("store");
+  if (next.clients != now.clients)
+    r.needs_restart.push_back("clients");
+  if (next.admin.socket_mode != now.admin.socket_mode)
+    r.needs_restart.push_back("admin.socket_mode");
+  if (next.metrics != now.metrics)
+    r.needs_restart.push_back("metrics");
+
+  log->info("reloaded {}: applied [{}]; needs a restart: [{}]", config_path_,
+            fmt::join(r.applied, "; "), fmt::join(r.needs_restart, "; "));
+  notify_.ready(summary());
+  return r;
 }
 
 namespace {
@@ -243,7 +487,7 @@ int run_main(int argc, char** argv) {
 
   auto log = logging::get("daemon");
   log->info("kvlaned {} starting with {}", KVLANE_VERSION, opts.config_path);
-  auto a = app::create(std::move(*cfg));
+  auto a = app::create(std::move(*cfg), opts.config_path);
   if (!a) {
     log->critical("start-up failed: {}", a.error());
     spdlog::shutdown();

@@ -14,11 +14,16 @@
 // Threading: create(), run() and stop() run on the main thread only.
 
 #include "common/expected.hpp"
+#include "daemon/admin_commands.hpp"
 #include "daemon/config.hpp"
+#include "daemon/notifier.hpp"
 
+#include <chrono>
 #include <csignal>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +38,10 @@ class engine;
 
 namespace kvlane::daemon {
 
+class admin_server;
 class gateway;
+class metrics;
+class metrics_http;
 
 /// Process exit codes of kvlaned.
 enum class exit_code : int {
@@ -51,11 +59,22 @@ public:
   app& operator=(const app&) = delete;
 
   /// Starts every subsystem. On failure, what was started is stopped again and
-  /// the error message says which subsystem failed and why.
-  static expected<std::unique_ptr<app>, std::string> create(config cfg);
+  /// the error message says which subsystem failed and why. `config_path` is
+  /// re-read by reload().
+  static expected<std::unique_ptr<app>, std::string> create(config cfg,
+                                                            std::string config_path = {});
 
-  /// Blocks until SIGTERM or SIGINT, then stops. Returns the process exit code.
+  /// Serves until shutdown. SIGHUP reloads. The first SIGTERM/SIGINT stops
+  /// admitting and lets running sequences finish for daemon.shutdown_grace,
+  /// then cancels the rest and stops; a second one cuts the grace short.
+  /// Pings the systemd watchdog while no backend call hangs. Returns the
+  /// process exit code.
   exit_code run(const sigset_t& signals);
+
+  /// Re-reads the config file and applies what can change live: log levels,
+  /// scheduler knobs, shutdown bounds, admin allow lists. Says what else
+  /// changed and needs a restart. Thread-safe against run().
+  reload_report reload();
 
   /// Stops every started subsystem in reverse order; idempotent. Returns
   /// false when the shutdown bound was exceeded.
@@ -67,14 +86,35 @@ public:
   caf::actor_system& actor_system() noexcept { return *system_; }
   /// Path of the client control socket.
   std::string client_socket_path() const { return runtime_dir_ + "/kvlane.sock"; }
+  /// Path of the admin socket.
+  std::string admin_socket_path() const { return runtime_dir_ + "/kvlane-admin.sock"; }
 
 private:
   explicit app(config cfg);
 
   void on_stop(std::string what, std::function<void()> fn);
+  std::string summary() const;
+  void tick(std::chrono::steady_clock::time_point now);
+
+  struct drain_state {
+    bool active = false;
+    std::chrono::steady_clock::time_point deadline;
+  };
 
   config cfg_;
+  std::string config_path_;
+  std::mutex reload_mutex_; ///< one reload at a time (SIGHUP and the admin socket)
   std::string runtime_dir_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  notifier notify_;
+  std::optional<std::chrono::microseconds> watchdog_;
+  bool watchdog_starved_ = false;
+  std::chrono::steady_clock::time_point last_status_;
+  drain_state drain_;
+  std::unique_ptr<metrics> metrics_;
+  std::unique_ptr<admin_server> admin_;
+  std::unique_ptr<metrics_http> http_;
+  admin_services services_;
   std::unique_ptr<caf::actor_system_config> actor_cfg_;
   std::unique_ptr<caf::actor_system> system_;
   std::unique_ptr<actors::engine> engine_;

@@ -56,6 +56,7 @@ namespace kvlane::daemon {
 /// Gateway-wide counters, updated by sessions from any thread.
 struct gateway_counters {
   std::atomic<std::uint64_t> clients_total{0};
+  std::atomic<std::uint64_t> clients_connected{0};
   std::atomic<std::uint64_t> records_in{0};
   std::atomic<std::uint64_t> records_out{0};
   std::atomic<std::uint64_t> violations{0};

@@ -33,6 +33,8 @@ struct daemon_section {
   std::chrono::milliseconds shutdown_timeout{5000}; ///< bound on ordered shutdown
   /// On SIGTERM: how long running sequences may finish before they are cancelled.
   std::chrono::milliseconds shutdown_grace{10000};
+
+  friend bool operator==(const daemon_section&, const daemon_section&) = default;
 };
 
 struct model_section {
@@ -41,6 +43,8 @@ struct model_section {
   backends::sim_options sim; ///< [model.sim], used when backend = "sim"
   std::uint64_t store_floor_bytes = 0; ///< snapshot store bytes reserved for this model
   std::uint64_t store_cap_bytes = 0;   ///< most snapshot store bytes it may use; 0 = no cap
+
+  friend bool operator==(const model_section&, const model_section&) = default;
 };
 
 struct scheduler_section {
@@ -51,6 +55,8 @@ struct scheduler_section {
   std::uint32_t max_step_tokens = 512; ///< tokens per step (decodes always run; prefill fills up)
   std::uint32_t aging_steps = 2048;   ///< steps waited before a sequence returns to level 0; 0 = never
   double ewma_alpha = 0.2;            ///< weight of a new sample in the cost model
+
+  friend bool operator==(const scheduler_section&, const scheduler_section&) = default;
 };
 
 /// [clients]: the client control socket, its access rules and per-client limits.
@@ -69,6 +75,8 @@ struct clients_section {
   std::uint32_t max_backlog_records = 8192; ///< events buffered per client beyond its ring
   std::uint32_t spin_us = 20;               ///< readers spin this long before sleeping
   std::chrono::milliseconds hello_timeout{2000}; ///< a new connection must say hello by then
+
+  friend bool operator==(const clients_section&, const clients_section&) = default;
 };
 
 /// [admin]: the admin socket <runtime_dir>/kvlane-admin.sock.
@@ -78,15 +86,21 @@ struct admin_section {
   /// daemon's own user always are; empty lists allow nobody else.
   std::vector<std::string> allow_users;
   std::vector<std::string> allow_groups;
+
+  friend bool operator==(const admin_section&, const admin_section&) = default;
 };
 
 /// [metrics]: Prometheus over HTTP (the admin socket serves it too).
 struct metrics_section {
   std::string listen; ///< "127.0.0.1:9464" style, loopback only; empty = off
+
+  friend bool operator==(const metrics_section&, const metrics_section&) = default;
 };
 
 struct store_section {
   std::uint64_t max_bytes = 8ull << 30; ///< snapshot store limit (reserved, committed on use)
+
+  friend bool operator==(const store_section&, const store_section&) = default;
 };
 
 struct config {

@@ -368,6 +368,7 @@ void gateway::handle_pending(int fd) {
   logging::get("ipc")->info("client '{}' #{} connected (pid {}, uid {}); {} client(s)",
                             (*session)->name(), id, peer.pid, peer.uid, sessions_.size() + 1);
   sessions_.emplace(id, std::move(*session));
+  counters_.clients_connected.store(sessions_.size(), std::memory_order_relaxed);
 }
 
 void gateway::close_session(std::uint64_t id, bool shutting_down) {
@@ -376,6 +377,7 @@ void gateway::close_session(std::uint64_t id, bool shutting_down) {
     return;
   auto s = std::move(it->second);
   sessions_.erase(it);
+  counters_.clients_connected.store(sessions_.size(), std::memory_order_relaxed);
   // The app holds the same eventfd: deregister explicitly, closing ours is not enough.
   if (s->submit_eventfd() >= 0)
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->submit_eventfd(), nullptr);

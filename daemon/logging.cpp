@@ -63,14 +63,14 @@ bool parse_level(std::string_view text, spdlog::level::level_enum& out) {
   return false;
 }
 
-bool known_logger(std::string_view name) {
+} // namespace
+
+bool known_logger(std::string_view name) noexcept {
   for (auto n : names)
     if (n == name)
       return true;
   return false;
 }
-
-} // namespace
 
 std::span<const std::string_view> logger_names() noexcept {
   return names;

@@ -36,6 +36,9 @@ std::string set_level(std::string_view logger, std::string_view level);
 /// The named logger; falls back to the "daemon" logger for unknown names.
 std::shared_ptr<spdlog::logger> get(std::string_view name);
 
+/// True if `name` is one of logger_names().
+bool known_logger(std::string_view name) noexcept;
+
 /// True if `level` names a spdlog level (trace, debug, info, warn, error, critical, off).
 bool valid_level(std::string_view level) noexcept;
 

@@ -621,6 +621,10 @@ TEST_CASE("client ipc: when the daemon stops, open streams end with connection_l
   auto s = c->submit(kvlane::test::ipc_recipe(2, 1, 220));
   REQUIRE(s);
   REQUIRE((*s)->next(10s));
+  // The first SIGTERM starts the shutdown grace (running streams may finish);
+  // the second one stops the daemon at once.
+  d.proc->signal(SIGTERM);
+  REQUIRE(d.proc->wait_for_output("SIGTERM received", 10s));
   d.proc->signal(SIGTERM);
   for (;;) {
     auto ch = (*s)->next(10s);
