@@ -2,6 +2,7 @@
 
 #include "backends/factory.hpp"
 #include "daemon/config.hpp"
+#include "tools/admin_client.hpp"
 #include "tools/probe.hpp"
 
 #include <kvlane/client.hpp>
@@ -27,9 +28,20 @@ constexpr const char* usage_text =
   "usage: kvlane <command> [options]\n"
   "\n"
   "commands:\n"
-  "  run      send a prompt to kvlaned and stream the answer to stdout\n"
-  "  probe    measure a backend: step time vs rows/tokens, dump/load time and\n"
-  "           bandwidth, and whether transfers overlap compute\n"
+  "  run        send a prompt to kvlaned and stream the answer to stdout\n"
+  "  status     version, uptime, models, slots, queues, store, mode\n"
+  "  ps         one line per live sequence\n"
+  "  cancel ID  cancel a sequence\n"
+  "  drain      stop admitting, let running work finish, report (resume: admit again)\n"
+  "  reload     re-read the configuration, apply what can change live\n"
+  "  log-level LOGGER LEVEL\n"
+  "  metrics    Prometheus text\n"
+  "  top        live view of slots, lanes, tokens/s and store\n"
+  "  probe      measure a backend: step time vs rows/tokens, dump/load time and\n"
+  "             bandwidth, and whether transfers overlap compute\n"
+  "\n"
+  "admin commands take --socket PATH (default <runtime dir>/kvlane-admin.sock) and\n"
+  "--json (print the daemon's JSON answer as is)\n"
   "\n"
   "probe options:\n"
   "  --config PATH        configuration (default /etc/kvlane/kvlane.toml)\n"
@@ -310,6 +322,8 @@ int cli_main(int argc, char** argv) {
     return probe_main(argc - 2, argv + 2);
   if (cmd == "run")
     return run_main(argc - 2, argv + 2);
+  if (is_admin_command(cmd))
+    return admin_main(argc - 1, argv + 1);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(usage_text, stdout);
     return 0;
