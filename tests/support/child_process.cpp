@@ -16,7 +16,8 @@ namespace kvlane::test {
 
 using clock = std::chrono::steady_clock;
 
-child_process::child_process(const std::string& path, const std::vector<std::string>& args) {
+child_process::child_process(const std::string& path, const std::vector<std::string>& args,
+                             const std::vector<std::string>& env) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0)
     throw std::runtime_error(std::string{"pipe2: "} + std::strerror(errno));
@@ -34,6 +35,8 @@ child_process::child_process(const std::string& path, const std::vector<std::str
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (auto& e : env)
+      ::putenv(const_cast<char*>(e.c_str()));
     ::execv(path.c_str(), argv.data());
     ::_exit(127);
   }

@@ -17,7 +17,9 @@ namespace kvlane::test {
 
 class child_process {
 public:
-  child_process(const std::string& path, const std::vector<std::string>& args);
+  /// `env`: extra "NAME=value" entries added to the inherited environment.
+  child_process(const std::string& path, const std::vector<std::string>& args,
+                const std::vector<std::string>& env = {});
   ~child_process();
   child_process(const child_process&) = delete;
   child_process& operator=(const child_process&) = delete;
