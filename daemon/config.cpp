@@ -631,6 +631,25 @@ status read_principals(const reporter& r, const section& s, std::string_view nam
   return {};
 }
 
+status read_socket_mode(const reporter& r, const section& s, std::uint32_t& out) {
+  const auto* n = s.find("socket_mode");
+  if (n == nullptr)
+    return {};
+  const auto* v = n->as_integer();
+  if (v == nullptr)
+    return unexpected(r.wrong_type(s.key("socket_mode"), *n, "integer (e.g. 0o660)"));
+  if (v->get() < 0 || v->get() > 0777)
+    return unexpected(r.bad_value(s.key("socket_mode"), line_of(*n),
+                                  fmt::format("must be between 0o000 and 0o777 (got {:#o})",
+                                              v->get())));
+  if ((v->get() & 0600) != 0600)
+    return unexpected(r.bad_value(
+      s.key("socket_mode"), line_of(*n),
+      fmt::format("must give the owner read and write (0o600) (got 0o{:03o})", v->get())));
+  out = static_cast<std::uint32_t>(v->get());
+  return {};
+}
+
 status parse_clients(const reporter& r, const section& root, clients_section& out) {
   auto table = find_table(r, root, "clients");
   if (!table)
@@ -643,20 +662,7 @@ status parse_clients(const reporter& r, const section& root, clients_section& ou
                                 "max_requests", "max_prompt_bytes", "submit_ring_records",
                                 "events_ring_records", "max_backlog_records", "spin_us",
                                 "hello_timeout_ms"}));
-  if (const auto* n = s.find("socket_mode")) {
-    const auto* v = n->as_integer();
-    if (v == nullptr)
-      return unexpected(r.wrong_type(s.key("socket_mode"), *n, "integer (e.g. 0o660)"));
-    if (v->get() < 0 || v->get() > 0777)
-      return unexpected(r.bad_value(s.key("socket_mode"), line_of(*n),
-                                    fmt::format("must be between 0o000 and 0o777 (got {:#o})",
-                                                v->get())));
-    if ((v->get() & 0600) != 0600)
-      return unexpected(r.bad_value(
-        s.key("socket_mode"), line_of(*n),
-        fmt::format("must give the owner read and write (0o600) (got 0o{:03o})", v->get())));
-    out.socket_mode = static_cast<std::uint32_t>(v->get());
-  }
+  KVLANE_CONFIG_TRY(read_socket_mode(r, s, out.socket_mode));
   KVLANE_CONFIG_TRY(read_principals(r, s, "allow_users", out.allow_users));
   KVLANE_CONFIG_TRY(read_principals(r, s, "allow_groups", out.allow_groups));
   KVLANE_CONFIG_TRY(read_int(r, s, "max_clients", out.max_clients, 1, 4096));
@@ -675,25 +681,6 @@ status parse_clients(const reporter& r, const section& root, clients_section& ou
   std::int64_t hello_ms = out.hello_timeout.count();
   KVLANE_CONFIG_TRY(read_int(r, s, "hello_timeout_ms", hello_ms, 10, 60'000));
   out.hello_timeout = std::chrono::milliseconds(hello_ms);
-  return {};
-}
-
-status read_socket_mode(const reporter& r, const section& s, std::uint32_t& out) {
-  const auto* n = s.find("socket_mode");
-  if (n == nullptr)
-    return {};
-  const auto* v = n->as_integer();
-  if (v == nullptr)
-    return unexpected(r.wrong_type(s.key("socket_mode"), *n, "integer (e.g. 0o660)"));
-  if (v->get() < 0 || v->get() > 0777)
-    return unexpected(r.bad_value(s.key("socket_mode"), line_of(*n),
-                                  fmt::format("must be between 0o000 and 0o777 (got {:#o})",
-                                              v->get())));
-  if ((v->get() & 0600) != 0600)
-    return unexpected(r.bad_value(
-      s.key("socket_mode"), line_of(*n),
-      fmt::format("must give the owner read and write (0o600) (got 0o{:03o})", v->get())));
-  out = static_cast<std::uint32_t>(v->get());
   return {};
 }
 
