@@ -200,13 +200,16 @@ bool wait_readable(ring_reader& reader, int efd, std::chrono::microseconds spin,
     return true;
   const auto start = clock::now();
   if (spin.count() > 0) {
+    // Poll the tail on every iteration (one shared cache line); read the
+    // clock only every 64 (a pause is ~40 ns on current x86, a clock read ~20 ns).
     const auto spin_end = start + spin;
-    do {
-      for (int i = 0; i < 64; ++i)
-        cpu_relax();
+    for (unsigned i = 1;; ++i) {
       if (reader.available() != 0)
         return true;
-    } while (clock::now() < spin_end);
+      cpu_relax();
+      if ((i & 63) == 0 && clock::now() >= spin_end)
+        break;
+    }
   }
   const auto deadline = start + timeout;
   for (;;) {

@@ -524,10 +524,11 @@ result<chunk> stream::next(std::chrono::milliseconds timeout) {
       std::lock_guard lock{st.mu};
       have = !st.tokens.empty() || !st.text.empty() || st.end || st.failure;
     }
-    while (!have && st.version.load(std::memory_order_acquire) == v0
-           && clock::now() - start < st.spin)
-      for (int i = 0; i < 32; ++i)
-        cpu_relax();
+    for (unsigned i = 1; !have && st.version.load(std::memory_order_acquire) == v0; ++i) {
+      cpu_relax();
+      if ((i & 63) == 0 && clock::now() - start >= st.spin)
+        break;
+    }
   }
   std::unique_lock lock{st.mu};
   const bool ready = st.cv.wait_until(lock, start + timeout, [&] {

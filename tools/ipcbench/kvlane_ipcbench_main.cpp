@@ -1,1 +1,388 @@
-int main() { return 0; }
+// kvlane-ipcbench: figures for the client IPC path (docs/benchmarks.md, "IPC").
+//
+// One run measures, in order:
+//  1. one-way latency of a 256-byte record through the SPSC ring, reader
+//     waiting (spinning up to spin_us, then asleep on the eventfd), at two
+//     paces: records 5 us apart (the reader is still spinning) and 1 ms apart
+//     (the reader sleeps on its eventfd);
+//  2. the same through a SOCK_SEQPACKET Unix socket pair (blocking recv);
+//  3. the end-to-end token path with 64 concurrent streams through a real
+//     kvlaned: from the daemon's sink receiving a token (right after the step
+//     and its sampling) to the app's callback, per token event;
+//  4. aggregate tokens/s through kvlaned with the sim at zero step time, and
+//     the same workload in process (no IPC) as the baseline.
+// It prints figures and ratios; it asserts nothing.
+//
+//   kvlane-ipcbench [--daemon PATH] [--streams N] [--seconds S] [--samples N]
+#include "actors/engine.hpp"
+#include "daemon/config.hpp"
+#include "ipc/protocol.hpp"
+#include "ipc/spsc_ring.hpp"
+
+#include <kvlane/client.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace std::chrono_literals;
+namespace proto = kvlane::ipc::proto;
+namespace client = kvlane::client;
+
+namespace {
+
+std::uint64_t now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void spin_until(std::uint64_t t) {
+  while (now_ns() < t) {
+  }
+}
+
+struct summary {
+  double p50 = 0, p99 = 0, mean = 0;
+  std::size_t n = 0;
+};
+
+summary summarize(std::vector<double> v) {
+  summary s;
+  if (v.empty())
+    return s;
+  std::sort(v.begin(), v.end());
+  s.n = v.size();
+  s.p50 = v[v.size() / 2];
+  s.p99 = v[std::min(v.size() - 1, v.size() * 99 / 100)];
+  double sum = 0;
+  for (double x : v)
+    sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  return s;
+}
+
+/// Ring one-way latency (us): writer stamps, reader (spin then eventfd) measures.
+summary ring_latency(std::size_t samples, std::uint64_t gap_ns, std::chrono::microseconds spin) {
+  const kvlane::ipc::ring_geometry g{0, 64, 256};
+  const auto bytes = kvlane::ipc::ring_bytes(64, 256);
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  auto* base = static_cast<std::byte*>(mem);
+  kvlane::ipc::ring_init(base, g);
+  const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  std::vector<double> lat;
+  lat.reserve(samples);
+  std::thread reader{[&] {
+    kvlane::ipc::ring_reader r(base, g, true);
+    proto::record_bytes rec;
+    while (lat.size() < samples) {
+      if (!kvlane::ipc::wait_readable(r, efd, spin, 1000ms))
+        continue;
+      while (r.try_pop(rec) == kvlane::ipc::ring_status::ok) {
+        const auto t = now_ns();
+        std::uint64_t sent;
+        std::memcpy(&sent, rec.data(), sizeof sent);
+        lat.push_back(static_cast<double>(t - sent) / 1000.0);
+      }
+    }
+  }};
+  kvlane::ipc::ring_writer w(base, g, false);
+  proto::record_bytes rec{};
+  std::this_thread::sleep_for(5ms);
+  for (std::size_t i = 0; i < samples; ++i) {
+    spin_until(now_ns() + gap_ns);
+    const auto t = now_ns();
+    std::memcpy(rec.data(), &t, sizeof t);
+    while (w.try_push(rec) != kvlane::ipc::ring_status::ok) {
+    }
+    if (w.reader_sleeping())
+      kvlane::ipc::eventfd_signal(efd);
+  }
+  reader.join();
+  ::close(efd);
+  ::munmap(mem, bytes);
+  return summarize(std::move(lat));
+}
+
+/// Unix socket pair one-way latency (us): blocking recv on the reader side.
+summary socket_latency(std::size_t samples, std::uint64_t gap_ns) {
+  int sv[2];
+  ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv);
+  std::vector<double> lat;
+  lat.reserve(samples);
+  std::thread reader{[&] {
+    proto::record_bytes rec;
+    while (lat.size() < samples) {
+      if (::recv(sv[1], rec.data(), rec.size(), 0) != static_cast<ssize_t>(rec.size()))
+        continue;
+      const auto t = now_ns();
+      std::uint64_t sent;
+      std::memcpy(&sent, rec.data(), sizeof sent);
+      lat.push_back(static_cast<double>(t - sent) / 1000.0);
+    }
+  }};
+  proto::record_bytes rec{};
+  std::this_thread::sleep_for(5ms);
+  for (std::size_t i = 0; i < samples; ++i) {
+    spin_until(now_ns() + gap_ns);
+    const auto t = now_ns();
+    std::memcpy(rec.data(), &t, sizeof t);
+    (void)::send(sv[0], rec.data(), rec.size(), 0);
+  }
+  reader.join();
+  ::close(sv[0]);
+  ::close(sv[1]);
+  return summarize(std::move(lat));
+}
+
+std::string bench_config(const std::string& run_dir, std::uint32_t slots, bool zero_time) {
+  return fmt::format(R"(version = 1
+[daemon]
+runtime_dir = "{}"
+log_level = "warn"
+[[model]]
+name = "bench"
+[model.sim]
+slots = {}
+max_context = 512
+max_prefill_chunk = 64
+snapshot_bytes = "512KiB"
+step_base_ms = {}
+step_per_token_ms = {}
+time_scale = {}
+[scheduler]
+spare_slots = 0
+max_step_tokens = 4096
+[clients]
+events_ring_records = 4096
+)",
+                     run_dir, slots, zero_time ? 0.0 : 31.0, zero_time ? 0.0 : 1.7,
+                     zero_time ? 1e6 : 10.0);
+}
+
+/// A kvlaned child process with its own runtime directory.
+class daemon_proc {
+public:
+  daemon_proc(const std::string& exe, const std::string& dir, const std::string& config) {
+    std::filesystem::create_directories(dir);
+    const auto cfg = dir + "/kvlane.toml";
+    std::ofstream{cfg} << config;
+    socket_ = dir + "/run/kvlane.sock";
+    const auto log = dir + "/kvlaned.log";
+    std::fflush(stdout);
+    std::fflush(stderr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::FILE* f = std::freopen(log.c_str(), "w", stdout);
+      (void)f;
+      ::dup2(STDOUT_FILENO, STDERR_FILENO);
+      ::execl(exe.c_str(), exe.c_str(), "--config", cfg.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  ~daemon_proc() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      int st = 0;
+      ::waitpid(pid_, &st, 0);
+    }
+  }
+  std::unique_ptr<client::connection> connect() {
+    client::connect_options o;
+    o.socket_path = socket_;
+    o.client_name = "ipcbench";
+    for (int i = 0; i < 400; ++i) {
+      auto c = client::connect(o);
+      if (c)
+        return std::move(*c);
+      std::this_thread::sleep_for(50ms);
+    }
+    std::fprintf(stderr, "ipcbench: cannot connect to %s\n", socket_.c_str());
+    std::exit(1);
+  }
+
+private:
+  pid_t pid_ = -1;
+  std::string socket_;
+};
+
+/// Runs `streams` callback streams of `max_tokens` each, resubmitting as they
+/// end, for `seconds`; returns (tokens received, seconds, token latencies in us).
+struct stream_result {
+  std::uint64_t tokens = 0;
+  double seconds = 0;
+  std::vector<double> latency_us;
+};
+
+stream_result run_streams(client::connection& c, std::uint32_t streams, std::uint32_t max_tokens,
+                          double seconds, bool measure) {
+  stream_result out;
+  std::mutex mu;
+  std::atomic<std::uint64_t> tokens{0};
+  std::atomic<std::uint32_t> running{0};
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> seq{0};
+  std::function<void()> submit_one;
+  auto cb = [&](const client::event& ev) {
+    if (ev.tokens) {
+      tokens.fetch_add(ev.tokens->size(), std::memory_order_relaxed);
+      if (measure) {
+        const auto t = now_ns();
+        std::lock_guard lock{mu};
+        out.latency_us.push_back(static_cast<double>(t - ev.daemon_time_ns) / 1000.0);
+      }
+    }
+    if (ev.end || ev.failure) {
+      running.fetch_sub(1);
+      if (!stop.load())
+        submit_one(); // from the reader thread: the submit ring never blocks long
+    }
+  };
+  submit_one = [&] {
+    client::request r;
+    r.model = "bench";
+    r.prompt = fmt::format("stream {} says", seq.fetch_add(1));
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.stop_at_eos = false;
+    running.fetch_add(1);
+    if (!c.submit(r, cb))
+      running.fetch_sub(1);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (std::uint32_t i = 0; i < streams; ++i)
+    submit_one();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  out.tokens = tokens.load();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  while (running.load() > 0 && std::chrono::steady_clock::now() - start < std::chrono::duration<double>(seconds + 30))
+    std::this_thread::sleep_for(10ms);
+  std::lock_guard lock{mu};
+  return out;
+}
+
+/// The same workload in process: a counting sink, no IPC.
+double inprocess_tokens_per_second(const std::string& config_text, std::uint32_t streams,
+                                   std::uint32_t max_tokens, double seconds) {
+  auto cfg = kvlane::daemon::parse(config_text);
+  if (!cfg)
+    return 0;
+  caf::actor_system_config sc;
+  caf::actor_system sys{sc};
+  auto eng = kvlane::actors::engine::create(sys, *cfg);
+  if (!eng)
+    return 0;
+  struct counting_sink final : kvlane::actors::stream_sink {
+    std::atomic<std::uint64_t>* tokens;
+    std::function<void()> again;
+    void on_tokens(std::span<const kvlane::actors::token_id> t) override { tokens->fetch_add(t.size()); }
+    void on_end(const kvlane::actors::stream_end&) override { again(); }
+  };
+  std::atomic<std::uint64_t> tokens{0};
+  std::atomic<bool> stop{false};
+  std::function<void()> submit_one = [&] {
+    if (stop)
+      return;
+    kvlane::actors::submit_request r;
+    r.model = "bench";
+    r.prompt_text = "stream says";
+    r.sampling.max_tokens = max_tokens;
+    r.stop_at_eos = false;
+    auto sink = std::make_shared<counting_sink>();
+    sink->tokens = &tokens;
+    sink->again = submit_one;
+    (void)(*eng)->submit(std::move(r), sink);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (std::uint32_t i = 0; i < streams; ++i)
+    submit_one();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  const auto n = tokens.load();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  (*eng)->shutdown();
+  return static_cast<double>(n) / s;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string daemon_exe =
+    (std::filesystem::canonical("/proc/self/exe").parent_path() / "kvlaned").string();
+  std::uint32_t streams = 64;
+  double seconds = 5;
+  std::size_t samples = 20000;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string_view a{argv[i]};
+    if (a == "--daemon")
+      daemon_exe = argv[i + 1];
+    else if (a == "--streams")
+      streams = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
+    else if (a == "--seconds")
+      seconds = std::stod(argv[i + 1]);
+    else if (a == "--samples")
+      samples = std::stoul(argv[i + 1]);
+  }
+  std::printf("kvlane-ipcbench %s: %u CPUs; all latencies in microseconds\n\n", KVLANE_VERSION,
+              std::thread::hardware_concurrency());
+
+  const auto ring_spin = ring_latency(samples, 5'000, 20us);
+  const auto sock_spin = socket_latency(samples, 5'000);
+  const auto ring_sleep = ring_latency(samples / 10, 1'000'000, 20us);
+  const auto sock_sleep = socket_latency(samples / 10, 1'000'000);
+  std::printf("one-way record latency (256 B), %zu samples per row\n", samples);
+  std::printf("  %-44s p50 %7.2f  p99 %7.2f\n", "ring, records 5 us apart (reader spinning)", ring_spin.p50, ring_spin.p99);
+  std::printf("  %-44s p50 %7.2f  p99 %7.2f\n", "unix socket, records 5 us apart (blocking recv)", sock_spin.p50, sock_spin.p99);
+  std::printf("  %-44s p50 %7.2f  p99 %7.2f\n", "ring, records 1 ms apart (reader asleep)", ring_sleep.p50, ring_sleep.p99);
+  std::printf("  %-44s p50 %7.2f  p99 %7.2f\n", "unix socket, records 1 ms apart", sock_sleep.p50, sock_sleep.p99);
+  std::printf("  ring / socket p50: %.3f (5 us apart), %.3f (1 ms apart)\n\n",
+              ring_spin.p50 / sock_spin.p50, ring_sleep.p50 / sock_sleep.p50);
+
+  const auto dir = fmt::format("/tmp/kvlane-ipcbench-{}", ::getpid());
+  {
+    daemon_proc d{daemon_exe, dir + "/paced", bench_config(dir + "/paced/run", streams, false)};
+    auto c = d.connect();
+    auto r = run_streams(*c, streams, 400, seconds, true);
+    const auto s = summarize(r.latency_us);
+    std::printf("token path, daemon sink -> app callback, %u streams, sim step 31 ms + 1.7 ms/token at 10x\n",
+                streams);
+    std::printf("  %zu token events: p50 %.2f  p99 %.2f  mean %.2f  (%.0f tokens/s)\n\n", s.n, s.p50,
+                s.p99, s.mean, static_cast<double>(r.tokens) / r.seconds);
+  }
+  {
+    const auto cfg_text = bench_config(dir + "/fast/run", streams, true);
+    double ipc_tps = 0;
+    {
+      daemon_proc d{daemon_exe, dir + "/fast", cfg_text};
+      auto c = d.connect();
+      auto r = run_streams(*c, streams, 448, seconds, false);
+      ipc_tps = static_cast<double>(r.tokens) / r.seconds;
+    }
+    const double inproc = inprocess_tokens_per_second(cfg_text, streams, 448, seconds);
+    std::printf("aggregate throughput, %u streams, sim at zero step time\n", streams);
+    std::printf("  through kvlaned and the rings: %10.0f tokens/s\n", ipc_tps);
+    std::printf("  in process (engine, no IPC):   %10.0f tokens/s\n", inproc);
+    std::printf("  IPC / in process: %.2f\n", inproc > 0 ? ipc_tps / inproc : 0.0);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return 0;
+}
