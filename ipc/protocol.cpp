@@ -388,17 +388,26 @@ void encode(const cancel_rec& r, std::span<std::byte, record_size> out) {
   put_header(out, record_type::cancel, 0, r.request_id);
 }
 
-void encode(const tokens_rec& r, std::span<std::byte, record_size> out) {
-  const auto n = std::min(r.tokens.size(), tokens_capacity / 4);
-  const auto text = std::string_view{r.text}.substr(0, utf8_prefix(r.text, tokens_capacity - 4 * n));
+namespace {
+
+/// Writes a tokens record from views (no temporaries: the per-token hot path).
+void encode_tokens(std::uint64_t id, std::uint64_t time, std::span<const std::uint32_t> tokens,
+                   std::string_view text, std::span<std::byte, record_size> out) {
+  const auto n = std::min(tokens.size(), tokens_capacity / 4);
+  text = text.substr(0, utf8_prefix(text, tokens_capacity - 4 * n));
   const auto body = tokens_at::data - record_header_size + 4 * n + text.size();
-  put_header(out, record_type::tokens, static_cast<std::uint16_t>(body), r.request_id);
-  put<std::uint64_t>(out, tokens_at::time, r.daemon_time_ns);
+  put_header(out, record_type::tokens, static_cast<std::uint16_t>(body), id);
+  put<std::uint64_t>(out, tokens_at::time, time);
   put<std::uint16_t>(out, tokens_at::count, static_cast<std::uint16_t>(n));
   put<std::uint16_t>(out, tokens_at::text_len, static_cast<std::uint16_t>(text.size()));
-  for (std::size_t i = 0; i < n; ++i)
-    put<std::uint32_t>(out, tokens_at::data + 4 * i, r.tokens[i]);
+  std::memcpy(out.data() + tokens_at::data, tokens.data(), 4 * n); // little-endian u32s
   put_bytes(out, tokens_at::data + 4 * n, text);
+}
+
+} // namespace
+
+void encode(const tokens_rec& r, std::span<std::byte, record_size> out) {
+  encode_tokens(r.request_id, r.daemon_time_ns, r.tokens, r.text, out);
 }
 
 void encode(const end_rec& r, std::span<std::byte, record_size> out) {
@@ -433,26 +442,29 @@ expected<record, protocol_error> decode_record(std::span<const std::byte, record
   const auto body_len = get<std::uint16_t>(b, 2);
   const auto id = get<std::uint64_t>(b, 8);
   const auto t = static_cast<record_type>(type);
-  const std::string what = "record '" + std::string(type_name(t)) + "' (request " + num(id) + ")";
+  // Built only on the error paths: decoding a valid record allocates nothing for it.
+  const auto what = [t, id] {
+    return "record '" + std::string(type_name(t)) + "' (request " + num(id) + ")";
+  };
   if (type_name(t) == "unknown")
     return bad("unknown record type " + num(type));
   if (ver != version)
-    return bad(what + ": record version " + num(ver) + " is not " + num(version),
+    return bad(what() + ": record version " + num(ver) + " is not " + num(version),
                errc::version_mismatch);
   if (body_len > record_body_size)
-    return bad(what + ": body_len " + num(body_len) + " exceeds " + num(record_body_size));
+    return bad(what() + ": body_len " + num(body_len) + " exceeds " + num(record_body_size));
   if (get<std::uint32_t>(b, 4) != 0)
-    return bad(what + ": reserved header bytes are not zero");
+    return bad(what() + ": reserved header bytes are not zero");
   const bool client_record =
     t == record_type::submit || t == record_type::submit_chunk || t == record_type::cancel;
   if (client_record && id == 0)
-    return bad(what + ": request id 0 is reserved");
+    return bad(what() + ": request id 0 is reserved");
 
   switch (t) {
     case record_type::submit: {
       namespace at = submit_at;
       if (body_len != record_body_size)
-        return bad(what + ": body_len must be " + num(record_body_size) + ", got " + num(body_len));
+        return bad(what() + ": body_len must be " + num(record_body_size) + ", got " + num(body_len));
       submit_rec r;
       r.request_id = id;
       const auto kind = get<std::uint8_t>(b, at::kind);
@@ -461,72 +473,72 @@ expected<record, protocol_error> decode_record(std::span<const std::byte, record
       const auto model_len = get<std::uint8_t>(b, at::model_len);
       const auto stop_count = get<std::uint8_t>(b, at::stop_count);
       if (kind > 1)
-        return bad(what + ": prompt kind " + num(kind) + " is neither 0 (text) nor 1 (tokens)");
+        return bad(what() + ": prompt kind " + num(kind) + " is neither 0 (text) nor 1 (tokens)");
       if (prio > 1)
-        return bad(what + ": priority " + num(prio) + " is neither 0 (interactive) nor 1 (batch)");
+        return bad(what() + ": priority " + num(prio) + " is neither 0 (interactive) nor 1 (batch)");
       if (eos > 1)
-        return bad(what + ": stop_at_eos must be 0 or 1, got " + num(eos));
+        return bad(what() + ": stop_at_eos must be 0 or 1, got " + num(eos));
       if (model_len > max_name)
-        return bad(what + ": model name length " + num(model_len) + " exceeds " + num(max_name));
+        return bad(what() + ": model name length " + num(model_len) + " exceeds " + num(max_name));
       if (stop_count > max_stop_tokens)
-        return bad(what + ": " + num(stop_count) + " stop tokens, at most " +
+        return bad(what() + ": " + num(stop_count) + " stop tokens, at most " +
                    num(max_stop_tokens));
       if (!all_zero(b, at::reserved, at::temperature))
-        return bad(what + ": reserved bytes are not zero");
+        return bad(what() + ": reserved bytes are not zero");
       r.kind = static_cast<prompt_kind>(kind);
       r.prio = static_cast<priority>(prio);
       r.stop_at_eos = eos == 1;
       r.model = get_bytes(b, at::model, model_len);
       if (!r.model.empty() && !valid_model_name(r.model))
-        return bad(what + ": model name is not 1..64 characters of [A-Za-z0-9._-]");
+        return bad(what() + ": model name is not 1..64 characters of [A-Za-z0-9._-]");
       r.temperature = get<float>(b, at::temperature);
       r.top_p = get<float>(b, at::top_p);
       r.top_k = get<std::uint32_t>(b, at::top_k);
       r.max_tokens = get<std::uint32_t>(b, at::max_tokens);
       r.seed = get<std::uint64_t>(b, at::seed);
       if (!std::isfinite(r.temperature) || r.temperature < 0.0f || r.temperature > max_temperature)
-        return bad(what + ": temperature must be finite and in [0, 100]");
+        return bad(what() + ": temperature must be finite and in [0, 100]");
       if (!std::isfinite(r.top_p) || !(r.top_p > 0.0f) || r.top_p > 1.0f)
-        return bad(what + ": top_p must be in (0, 1]");
+        return bad(what() + ": top_p must be in (0, 1]");
       if (r.top_k > max_top_k)
-        return bad(what + ": top_k " + num(r.top_k) + " exceeds " + num(max_top_k));
+        return bad(what() + ": top_k " + num(r.top_k) + " exceeds " + num(max_top_k));
       if (r.max_tokens == 0 || r.max_tokens > max_max_tokens)
-        return bad(what + ": max_tokens " + num(r.max_tokens) + " is outside 1.." +
+        return bad(what() + ": max_tokens " + num(r.max_tokens) + " is outside 1.." +
                    num(max_max_tokens));
       for (std::size_t i = 0; i < stop_count; ++i)
         r.stop_tokens.push_back(get<std::uint32_t>(b, at::stops + 4 * i));
       r.prompt_bytes = get<std::uint32_t>(b, at::prompt_bytes);
       const auto inl = get<std::uint32_t>(b, at::inline_bytes);
       if (r.prompt_bytes == 0)
-        return bad(what + ": the prompt is empty");
+        return bad(what() + ": the prompt is empty");
       if (r.kind == prompt_kind::tokens && r.prompt_bytes % 4 != 0)
-        return bad(what + ": a token prompt's length " + num(r.prompt_bytes) +
+        return bad(what() + ": a token prompt's length " + num(r.prompt_bytes) +
                    " is not a multiple of 4 bytes");
       if (inl > submit_inline_capacity || inl > r.prompt_bytes)
-        return bad(what + ": inline length " + num(inl) + " exceeds " +
+        return bad(what() + ": inline length " + num(inl) + " exceeds " +
                    (inl > submit_inline_capacity ? num(submit_inline_capacity) + " bytes"
                                                  : "the prompt length " + num(r.prompt_bytes)));
       if (inl < r.prompt_bytes && inl < submit_inline_capacity)
-        return bad(what + ": a chunked prompt must fill the record's inline space first");
+        return bad(what() + ": a chunked prompt must fill the record's inline space first");
       r.inline_data = get_bytes(b, at::inline_data, inl);
       return record{std::move(r)};
     }
     case record_type::submit_chunk: {
       if (body_len < 9)
-        return bad(what + ": body_len " + num(body_len) + " is too short for a chunk");
+        return bad(what() + ": body_len " + num(body_len) + " is too short for a chunk");
       chunk_rec r;
       r.request_id = id;
       r.offset = get<std::uint32_t>(b, chunk_at::offset);
       const auto len = get<std::uint32_t>(b, chunk_at::length);
       if (len == 0 || len > chunk_capacity || 8 + len != body_len)
-        return bad(what + ": chunk length " + num(len) + " is outside 1.." +
+        return bad(what() + ": chunk length " + num(len) + " is outside 1.." +
                    num(chunk_capacity) + " or does not match body_len");
       r.data = get_bytes(b, chunk_at::data, len);
       return record{std::move(r)};
     }
     case record_type::cancel:
       if (body_len != 0)
-        return bad(what + ": a cancel has no body");
+        return bad(what() + ": a cancel has no body");
       return record{cancel_rec{id}};
     case record_type::tokens: {
       tokens_rec r;
@@ -535,17 +547,17 @@ expected<record, protocol_error> decode_record(std::span<const std::byte, record
       const auto n = get<std::uint16_t>(b, tokens_at::count);
       const auto text_len = get<std::uint16_t>(b, tokens_at::text_len);
       if (get<std::uint32_t>(b, tokens_at::reserved) != 0)
-        return bad(what + ": reserved bytes are not zero");
+        return bad(what() + ": reserved bytes are not zero");
       if (4 * std::size_t{n} + text_len > tokens_capacity ||
           tokens_at::data - 16 + 4 * std::size_t{n} + text_len != body_len)
-        return bad(what + ": " + num(n) + " tokens and " + num(text_len) +
+        return bad(what() + ": " + num(n) + " tokens and " + num(text_len) +
                    " text bytes do not match body_len " + num(body_len));
       r.tokens.resize(n);
       for (std::size_t i = 0; i < n; ++i)
         r.tokens[i] = get<std::uint32_t>(b, tokens_at::data + 4 * i);
       r.text = get_bytes(b, tokens_at::data + 4 * n, text_len);
       if (!valid_utf8(r.text))
-        return bad(what + ": text is not valid UTF-8");
+        return bad(what() + ": text is not valid UTF-8");
       return record{std::move(r)};
     }
     case record_type::end: {
@@ -554,9 +566,9 @@ expected<record, protocol_error> decode_record(std::span<const std::byte, record
       r.request_id = id;
       const auto reason = get<std::uint8_t>(b, at::reason);
       if (reason > static_cast<std::uint8_t>(end_reason::backlog))
-        return bad(what + ": unknown end reason " + num(reason));
+        return bad(what() + ": unknown end reason " + num(reason));
       if (!all_zero(b, at::reserved, at::prompt))
-        return bad(what + ": reserved bytes are not zero");
+        return bad(what() + ": reserved bytes are not zero");
       r.reason = static_cast<end_reason>(reason);
       r.prompt_tokens = get<std::uint32_t>(b, at::prompt);
       r.generated_tokens = get<std::uint32_t>(b, at::generated);
@@ -566,10 +578,10 @@ expected<record, protocol_error> decode_record(std::span<const std::byte, record
       r.e2e_us = get<std::uint64_t>(b, at::e2e);
       const auto len = get<std::uint16_t>(b, at::message_len);
       if (len > end_message_capacity || at::message - 16 + std::size_t{len} != body_len)
-        return bad(what + ": message length " + num(len) + " does not match body_len");
+        return bad(what() + ": message length " + num(len) + " does not match body_len");
       r.message = get_bytes(b, at::message, len);
       if (!valid_utf8(r.message))
-        return bad(what + ": message is not valid UTF-8");
+        return bad(what() + ": message is not valid UTF-8");
       return record{std::move(r)};
     }
     case record_type::error: {
@@ -577,14 +589,14 @@ expected<record, protocol_error> decode_record(std::span<const std::byte, record
       r.request_id = id;
       const auto code = get<std::uint32_t>(b, error_at::code);
       if (!known_errc(code) || code == 0)
-        return bad(what + ": unknown error code " + num(code));
+        return bad(what() + ": unknown error code " + num(code));
       r.code = static_cast<errc>(code);
       const auto len = get<std::uint16_t>(b, error_at::message_len);
       if (len > error_message_capacity || error_at::message - 16 + std::size_t{len} != body_len)
-        return bad(what + ": message length " + num(len) + " does not match body_len");
+        return bad(what() + ": message length " + num(len) + " does not match body_len");
       r.message = get_bytes(b, error_at::message, len);
       if (!valid_utf8(r.message))
-        return bad(what + ": message is not valid UTF-8");
+        return bad(what() + ": message is not valid UTF-8");
       return record{std::move(r)};
     }
   }
@@ -595,25 +607,20 @@ std::size_t pack_tokens(std::uint64_t request_id, std::uint64_t daemon_time_ns,
                         std::span<const std::uint32_t> tokens, std::string_view text,
                         std::vector<record_bytes>& out) {
   std::size_t n = 0;
-  // Text first gets what the tokens leave; a record carries up to 56 tokens.
-  while (n == 0 || !tokens.empty() || !text.empty()) {
-    tokens_rec r;
-    r.request_id = request_id;
-    r.daemon_time_ns = daemon_time_ns;
+  // Tokens first (up to 56 a record); text gets the room they leave, cut at a
+  // UTF-8 boundary. Always at least one record.
+  do {
     const auto take = std::min(tokens.size(), tokens_capacity / 4);
-    r.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(take));
-    tokens = tokens.subspan(take);
     const auto room = tokens_capacity - 4 * take;
-    auto t = utf8_prefix(text, room);
-    if (t == 0 && !text.empty() && room >= 4 && take == 0)
-      t = std::min(text.size(), room); // cannot happen for valid UTF-8; never loop forever
-    r.text = std::string(text.substr(0, t));
+    const auto t = utf8_prefix(text, room);
+    encode_tokens(request_id, daemon_time_ns, tokens.first(take), text.substr(0, t),
+                  out.emplace_back());
+    tokens = tokens.subspan(take);
     text.remove_prefix(t);
-    encode(r, out.emplace_back());
     ++n;
     if (take == 0 && t == 0)
-      break;
-  }
+      break; // cannot happen with room left; never loop forever
+  } while (!tokens.empty() || !text.empty());
   return n;
 }
 
@@ -637,11 +644,11 @@ void pack_submit(const submit_rec& head, std::string_view prompt, std::vector<re
 expected<std::optional<complete_submit>, protocol_error>
 request_tracker::on_submit(submit_rec r, std::uint32_t limit) {
   const auto id = r.request_id;
-  const std::string what = "submit (request " + num(id) + ")";
+  const auto what = [id] { return "submit (request " + num(id) + ")"; };
   if (live_.count(id))
-    return bad(what + ": request id is already live on this connection", errc::duplicate_request);
+    return bad(what() + ": request id is already live on this connection", errc::duplicate_request);
   if (live_.size() >= max_requests_)
-    return bad(what + ": more than " + num(max_requests_) + " live requests",
+    return bad(what() + ": more than " + num(max_requests_) + " live requests",
                errc::too_many_requests);
   pending p{std::move(r), {}, 0, false};
   p.data = std::move(p.head.inline_data);
@@ -658,7 +665,7 @@ request_tracker::on_submit(submit_rec r, std::uint32_t limit) {
       live_[id] = true;
       assembling_.emplace(id, std::move(p));
     }
-    return bad(what + ": prompt of " + num(total) + " bytes exceeds the limit of " + num(cap) +
+    return bad(what() + ": prompt of " + num(total) + " bytes exceeds the limit of " + num(cap) +
                  " bytes",
                errc::too_long);
   }
@@ -674,16 +681,16 @@ request_tracker::on_submit(submit_rec r, std::uint32_t limit) {
 
 expected<std::optional<complete_submit>, protocol_error> request_tracker::on_chunk(chunk_rec c) {
   const auto id = c.request_id;
-  const std::string what = "submit_chunk (request " + num(id) + ")";
+  const auto what = [id] { return "submit_chunk (request " + num(id) + ")"; };
   auto it = assembling_.find(id);
   if (it == assembling_.end())
-    return bad(what + ": no submit of this request is waiting for chunks");
+    return bad(what() + ": no submit of this request is waiting for chunks");
   auto& p = it->second;
   if (c.offset != p.received)
-    return bad(what + ": chunk at offset " + num(c.offset) + ", expected " + num(p.received) +
+    return bad(what() + ": chunk at offset " + num(c.offset) + ", expected " + num(p.received) +
                (c.offset < p.received ? " (overlap)" : " (gap or out of order)"));
   if (std::size_t{c.offset} + c.data.size() > p.head.prompt_bytes)
-    return bad(what + ": chunk ends at " + num(std::size_t{c.offset} + c.data.size()) +
+    return bad(what() + ": chunk ends at " + num(std::size_t{c.offset} + c.data.size()) +
                ", past the announced prompt length " + num(p.head.prompt_bytes));
   p.received += c.data.size();
   if (!p.discard)
