@@ -32,7 +32,8 @@ void put(std::span<std::byte> b, std::size_t at, T v) {
 }
 
 void put_bytes(std::span<std::byte> b, std::size_t at, std::string_view s) {
-  std::memcpy(b.data() + at, s.data(), s.size());
+  if (!s.empty()) // memcpy from an empty view's nullptr is undefined even for 0 bytes
+    std::memcpy(b.data() + at, s.data(), s.size());
 }
 
 std::string get_bytes(std::span<const std::byte> b, std::size_t at, std::size_t n) {
@@ -400,7 +401,8 @@ void encode_tokens(std::uint64_t id, std::uint64_t time, std::span<const std::ui
   put<std::uint64_t>(out, tokens_at::time, time);
   put<std::uint16_t>(out, tokens_at::count, static_cast<std::uint16_t>(n));
   put<std::uint16_t>(out, tokens_at::text_len, static_cast<std::uint16_t>(text.size()));
-  std::memcpy(out.data() + tokens_at::data, tokens.data(), 4 * n); // little-endian u32s
+  if (n != 0)
+    std::memcpy(out.data() + tokens_at::data, tokens.data(), 4 * n); // little-endian u32s
   put_bytes(out, tokens_at::data + 4 * n, text);
 }
 
