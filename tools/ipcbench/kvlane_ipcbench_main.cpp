@@ -13,6 +13,10 @@
 //     the same workload in process (no IPC) as the baseline.
 // It prints figures and ratios; it asserts nothing.
 //
+// Latency threads are pinned to CPUs 0 (writer) and 1 (reader); on a machine
+// shared with other work the tails (and on a busy one the medians) measure the
+// neighbours as much as the IPC: note the load average with the figures.
+//
 //   kvlane-ipcbench [--daemon PATH] [--streams N] [--seconds S] [--samples N]
 #include "actors/engine.hpp"
 #include "daemon/config.hpp"
@@ -35,6 +39,8 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -53,6 +59,24 @@ std::uint64_t now_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+/// Pins the calling thread to one CPU (reader and writer on different cores,
+/// so a spinning reader never shares a core with its writer).
+void pin(unsigned cpu) {
+  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu % n, &set);
+  (void)::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
+}
+
+void unpin() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i)
+    CPU_SET(i, &set);
+  (void)::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
 }
 
 void spin_until(std::uint64_t t) {
@@ -91,6 +115,7 @@ summary ring_latency(std::size_t samples, std::uint64_t gap_ns, std::chrono::mic
   std::vector<double> lat;
   lat.reserve(samples);
   std::thread reader{[&] {
+    pin(1);
     kvlane::ipc::ring_reader r(base, g, true);
     proto::record_bytes rec;
     while (lat.size() < samples) {
@@ -106,6 +131,7 @@ summary ring_latency(std::size_t samples, std::uint64_t gap_ns, std::chrono::mic
   }};
   kvlane::ipc::ring_writer w(base, g, false);
   proto::record_bytes rec{};
+  pin(0);
   std::this_thread::sleep_for(5ms);
   for (std::size_t i = 0; i < samples; ++i) {
     spin_until(now_ns() + gap_ns);
@@ -117,6 +143,7 @@ summary ring_latency(std::size_t samples, std::uint64_t gap_ns, std::chrono::mic
       kvlane::ipc::eventfd_signal(efd);
   }
   reader.join();
+  unpin();
   ::close(efd);
   ::munmap(mem, bytes);
   return summarize(std::move(lat));
@@ -129,6 +156,7 @@ summary socket_latency(std::size_t samples, std::uint64_t gap_ns) {
   std::vector<double> lat;
   lat.reserve(samples);
   std::thread reader{[&] {
+    pin(1);
     proto::record_bytes rec;
     while (lat.size() < samples) {
       if (::recv(sv[1], rec.data(), rec.size(), 0) != static_cast<ssize_t>(rec.size()))
@@ -140,6 +168,7 @@ summary socket_latency(std::size_t samples, std::uint64_t gap_ns) {
     }
   }};
   proto::record_bytes rec{};
+  pin(0);
   std::this_thread::sleep_for(5ms);
   for (std::size_t i = 0; i < samples; ++i) {
     spin_until(now_ns() + gap_ns);
@@ -148,6 +177,7 @@ summary socket_latency(std::size_t samples, std::uint64_t gap_ns) {
     (void)::send(sv[0], rec.data(), rec.size(), 0);
   }
   reader.join();
+  unpin();
   ::close(sv[0]);
   ::close(sv[1]);
   return summarize(std::move(lat));
@@ -341,8 +371,10 @@ int main(int argc, char** argv) {
     else if (a == "--samples")
       samples = std::stoul(argv[i + 1]);
   }
-  std::printf("kvlane-ipcbench %s: %u CPUs; all latencies in microseconds\n\n", KVLANE_VERSION,
-              std::thread::hardware_concurrency());
+  double load[3] = {0, 0, 0};
+  (void)::getloadavg(load, 3);
+  std::printf("kvlane-ipcbench %s: %u CPUs, load average %.2f; all latencies in microseconds\n\n",
+              KVLANE_VERSION, std::thread::hardware_concurrency(), load[0]);
 
   const auto ring_spin = ring_latency(samples, 5'000, 20us);
   const auto sock_spin = socket_latency(samples, 5'000);
