@@ -53,3 +53,21 @@ sanitize: bootstrap
 
 clean:
 	rm -rf $(BUILD_DIR) $(SAN_DIR)
+
+# Installation and the .deb (README: "Run it as a service"). The tree is configured for the
+# prefix it installs to, because the installed systemd unit names the daemon's path.
+# `make install PREFIX=/usr/local DESTDIR=/tmp/stage` stages elsewhere.
+PREFIX       ?= /usr
+
+.PHONY: install deb
+
+install: bootstrap $(BUILD_DIR)/CMakeCache.txt
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD_DIR)
+
+# $(BUILD_DIR)/kvlane_<version>_<arch>.deb; install it with `apt install ./$(BUILD_DIR)/kvlane_*.deb`.
+deb: bootstrap $(BUILD_DIR)/CMakeCache.txt
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=/usr
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+	cd $(BUILD_DIR) && cpack -G DEB
