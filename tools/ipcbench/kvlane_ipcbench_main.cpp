@@ -17,7 +17,9 @@
 // shared with other work the tails (and on a busy one the medians) measure the
 // neighbours as much as the IPC: note the load average with the figures.
 //
-//   kvlane-ipcbench [--daemon PATH] [--streams N] [--seconds S] [--samples N]
+//   kvlane-ipcbench [--daemon PATH] [--streams N] [--seconds S] [--samples N] [--spin-us N]
+// --spin-us sets the daemons' [clients] spin_us (the app reader's spin before it
+// sleeps; default 20): a value above the step time keeps the app's reader awake.
 #include "actors/engine.hpp"
 #include "daemon/config.hpp"
 #include "ipc/protocol.hpp"
@@ -183,6 +185,8 @@ summary socket_latency(std::size_t samples, std::uint64_t gap_ns) {
   return summarize(std::move(lat));
 }
 
+std::uint32_t g_spin_us = 20; // [clients] spin_us of the benchmark daemons
+
 std::string bench_config(const std::string& run_dir, std::uint32_t slots, bool zero_time) {
   return fmt::format(R"(version = 1
 [daemon]
@@ -203,9 +207,10 @@ spare_slots = 0
 max_step_tokens = 4096
 [clients]
 events_ring_records = 4096
+spin_us = {}
 )",
                      run_dir, slots, zero_time ? 0.0 : 31.0, zero_time ? 0.0 : 1.7,
-                     zero_time ? 1e6 : 10.0);
+                     zero_time ? 1e6 : 10.0, g_spin_us);
 }
 
 /// A kvlaned child process with its own runtime directory.
@@ -370,6 +375,8 @@ int main(int argc, char** argv) {
       seconds = std::stod(argv[i + 1]);
     else if (a == "--samples")
       samples = std::stoul(argv[i + 1]);
+    else if (a == "--spin-us")
+      g_spin_us = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
   }
   double load[3] = {0, 0, 0};
   (void)::getloadavg(load, 3);
@@ -394,8 +401,9 @@ int main(int argc, char** argv) {
     auto c = d.connect();
     auto r = run_streams(*c, streams, 400, seconds, true);
     const auto s = summarize(r.latency_us);
-    std::printf("token path, daemon sink -> app callback, %u streams, sim step 31 ms + 1.7 ms/token at 10x\n",
-                streams);
+    std::printf("token path, daemon sink -> app callback, %u streams, sim step 31 ms + 1.7 ms/token "
+                "at 10x, app reader spin %u us\n",
+                streams, g_spin_us);
     std::printf("  %zu token events: p50 %.2f  p99 %.2f  mean %.2f  (%.0f tokens/s)\n\n", s.n, s.p50,
                 s.p99, s.mean, static_cast<double>(r.tokens) / r.seconds);
   }
