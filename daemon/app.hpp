@@ -83,7 +83,6 @@ public:
   const config& cfg() const noexcept { return cfg_; }
   const std::string& runtime_dir() const noexcept { return runtime_dir_; }
   actors::engine& engine() noexcept { return *engine_; }
-  caf::actor_system& actor_system() noexcept { return *system_; }
   /// Path of the client control socket.
   std::string client_socket_path() const { return runtime_dir_ + "/kvlane.sock"; }
   /// Path of the admin socket.
