@@ -662,3 +662,28 @@ TEST_CASE("client ipc: kvlane run streams the answer and explains a missing daem
   CHECK(none.output().find("kvlaned is not running (no socket at " + d.run_dir + "/gone.sock)")
         != std::string::npos);
 }
+
+TEST_CASE("client ipc: the C and C++ examples stream an answer through the default socket") {
+  daemon_fixture d{1000};
+  client::request r;
+  r.model = "tiny";
+  r.prompt = "Hello";
+  r.sampling.max_tokens = 32;
+  const auto expect = expected_outcomes(d.config_text, {r});
+  ::setenv("KVLANE_SOCKET", d.socket.c_str(), 1);
+  for (const char* exe : {KVLANE_EXAMPLE_C_PATH, KVLANE_EXAMPLE_CPP_PATH}) {
+    CAPTURE(exe);
+    child_process app{exe, {"Hello"}};
+    auto rc = app.wait_exit(20s);
+    REQUIRE(rc);
+    CHECK(*rc == 0);
+    CHECK(app.output() == expect[0].text + "\n");
+  }
+  ::setenv("KVLANE_SOCKET", (d.run_dir + "/absent.sock").c_str(), 1);
+  child_process app{KVLANE_EXAMPLE_C_PATH, {}};
+  auto rc = app.wait_exit(20s);
+  ::unsetenv("KVLANE_SOCKET");
+  REQUIRE(rc);
+  CHECK(*rc == 1);
+  CHECK(app.output() == "connect: kvlaned is not running (no socket at " + d.run_dir + "/absent.sock)\n");
+}
