@@ -657,18 +657,26 @@ request_tracker::on_submit(submit_rec r, std::uint32_t limit) {
   p.head.inline_data.clear();
   p.received = p.data.size();
   const auto cap = std::min(limit, max_prompt_bytes_);
-  if (p.head.prompt_bytes > cap) {
+  const auto total = p.head.prompt_bytes;
+  const bool chunked = p.received < total;
+  // Prompts being assembled hold memory: bound them per connection too.
+  const std::uint64_t assembly_cap = 2ull * max_prompt_bytes_;
+  const bool too_big = total > cap;
+  if (too_big || (chunked && assembling_bytes_ + total > assembly_cap)) {
     // A request-level error: the connection stays, the chunks that follow are
     // checked for order and dropped.
-    const auto total = p.head.prompt_bytes;
-    if (p.received < total) {
+    if (chunked) {
       p.discard = true;
       p.data.clear();
       live_[id] = true;
       assembling_.emplace(id, std::move(p));
     }
-    return bad(what() + ": prompt of " + num(total) + " bytes exceeds the limit of " + num(cap) +
-                 " bytes",
+    if (too_big)
+      return bad(what() + ": prompt of " + num(total) + " bytes exceeds the limit of " +
+                   num(cap) + " bytes",
+                 errc::too_long);
+    return bad(what() + ": prompt of " + num(total) + " bytes would make the prompts being "
+                 "received on this connection exceed " + num(assembly_cap) + " bytes",
                errc::too_long);
   }
   if (p.received == p.head.prompt_bytes) {
@@ -676,7 +684,8 @@ request_tracker::on_submit(submit_rec r, std::uint32_t limit) {
     return finish(id, std::move(p));
   }
   live_[id] = true;
-  p.data.reserve(p.head.prompt_bytes);
+  assembling_bytes_ += total;
+  p.data.reserve(std::min<std::size_t>(total, 64 * 1024)); // grows as chunks really arrive
   assembling_.emplace(id, std::move(p));
   return std::optional<complete_submit>{};
 }
@@ -701,6 +710,8 @@ expected<std::optional<complete_submit>, protocol_error> request_tracker::on_chu
     return std::optional<complete_submit>{};
   auto done = std::move(p);
   assembling_.erase(it);
+  if (!done.discard)
+    assembling_bytes_ -= done.head.prompt_bytes;
   if (done.discard) {
     live_.erase(id);
     return std::optional<complete_submit>{};
@@ -730,6 +741,8 @@ bool request_tracker::on_cancel(std::uint64_t request_id) {
   auto it = assembling_.find(request_id);
   if (it == assembling_.end())
     return false;
+  if (!it->second.discard)
+    assembling_bytes_ -= it->second.head.prompt_bytes;
   assembling_.erase(it);
   live_.erase(request_id);
   return true;

@@ -259,7 +259,8 @@ struct complete_submit {
 
 /// Tracks one connection's requests: rejects duplicate live ids, chunks out of
 /// order, overlapping or past the announced length, prompts over the limit,
-/// and more live requests than allowed. A request is live from its submit until
+/// more than 2 * max_prompt_bytes of prompts being received at once, and more
+/// live requests than allowed. A request is live from its submit until
 /// finished() (the daemon calls it when the stream's end was queued) or until
 /// it is cancelled while its prompt is still arriving.
 class request_tracker {
@@ -295,6 +296,7 @@ private:
   std::uint32_t max_prompt_bytes_;
   std::unordered_map<std::uint64_t, bool> live_; ///< id -> still assembling
   std::unordered_map<std::uint64_t, pending> assembling_;
+  std::uint64_t assembling_bytes_ = 0; ///< announced bytes of the prompts being received
 };
 
 // -- UTF-8 ----------------------------------------------------------------------

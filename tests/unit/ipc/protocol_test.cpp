@@ -282,6 +282,29 @@ TEST_CASE("protocol: the tracker rejects duplicates, disorder, overflow and exce
     }
     CHECK_FALSE(sut.live(50));
   }
+  SUBCASE("prompts being received at once are bounded per connection") {
+    request_tracker t2(8, 300); // each prompt <= 300 bytes, 600 being received at once
+    for (std::uint64_t id = 70; id < 73; ++id) {
+      std::vector<record_bytes> recs;
+      auto h = sample_submit();
+      h.request_id = id;
+      pack_submit(h, std::string(250, 'y'), recs);
+      auto r = t2.on_submit(decode_as<submit_rec>(recs[0]), 1000);
+      if (id < 72) {
+        REQUIRE(r);
+        continue;
+      }
+      REQUIRE_FALSE(r);
+      CHECK(r.error().code == errc::too_long);
+      CHECK(r.error().message.find("exceed 600 bytes") != std::string::npos);
+    }
+    CHECK(t2.on_cancel(70)); // frees its 250 bytes: another fits again
+    std::vector<record_bytes> recs;
+    auto h = sample_submit();
+    h.request_id = 74;
+    pack_submit(h, std::string(250, 'y'), recs);
+    CHECK(t2.on_submit(decode_as<submit_rec>(recs[0]), 1000));
+  }
   SUBCASE("cancel while assembling forgets the request") {
     CHECK(sut.on_cancel(42));
     CHECK_FALSE(sut.live(42));
