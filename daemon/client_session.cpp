@@ -431,15 +431,40 @@ void client_session::enqueue_locked(std::uint64_t request_id,
 
 void client_session::deliver(std::uint64_t request_id, std::vector<proto::record_bytes>&& records) {
   std::vector<std::pair<std::string, std::uint64_t>> to_cancel;
+  std::size_t wrote = 0;
   {
-    std::lock_guard lock{mu_};
-    if (closed_)
-      return;
-    enqueue_locked(request_id, records, false, to_cancel);
+    // Fast path: with the writer lock and nothing queued before us, the records
+    // go straight into the ring (FIFO holds: anything earlier would be queued).
+    std::unique_lock writer{writer_mu_, std::try_to_lock};
+    {
+      std::lock_guard lock{mu_};
+      if (closed_)
+        return;
+      if (writer.owns_lock() && outbox_.empty()) {
+        auto it = requests_.find(request_id);
+        if (it == requests_.end() || it->second.overflowed)
+          return;
+        while (wrote < records.size()
+               && events_.try_push(records[wrote]) == ipc::ring_status::ok)
+          ++wrote;
+        records.erase(records.begin(), records.begin() + static_cast<std::ptrdiff_t>(wrote));
+      }
+      if (!records.empty()) // the slow path, or what did not fit (flush() handles full/corrupt)
+        enqueue_locked(request_id, records, false, to_cancel);
+    }
+    if (wrote != 0) {
+      counters_.records_out.fetch_add(wrote, std::memory_order_relaxed);
+      if (events_.reader_sleeping())
+        signal_reader();
+    }
   }
   for (auto& [model, seq] : to_cancel)
     engine_.cancel(model, seq);
-  flush();
+  // Pairs with the fence in flush(): a sink that queued while we held the
+  // writer lock either gets the lock itself or is seen here.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (backlogged())
+    flush();
 }
 
 void client_session::deliver_end(std::uint64_t request_id,
@@ -465,6 +490,7 @@ bool client_session::overflowed(std::uint64_t request_id) const {
 
 void client_session::flush() {
   for (;;) {
+    std::atomic_thread_fence(std::memory_order_seq_cst); // see deliver()
     std::unique_lock writer{writer_mu_, std::try_to_lock};
     if (!writer.owns_lock())
       return; // the holder re-checks the outbox after it unlocks
@@ -499,8 +525,9 @@ void client_session::flush() {
         signal_reader();
     }
     writer.unlock();
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (full || outbox_size_.load(std::memory_order_relaxed) == 0)
-      return;
+      return; // (a full ring is retried by the loop, woken by the app or its 2 ms timer)
   }
 }
 

@@ -15,11 +15,12 @@
 //  - Each request's stream_sink (called on a CAF worker, must not block) holds
 //    a shared_ptr to the session and appends records to its outbox (a deque
 //    under `mu_`, bounded by [clients] max_backlog_records), then calls flush().
-//  - flush() moves outbox records into the events ring. The ring has exactly
-//    one writer at a time: whoever holds `writer_mu_`, taken with try_lock by
-//    sinks (a sink that finds it held leaves its records to the holder, which
-//    re-checks the outbox after it unlocks) and by the loop thread. So no sink
-//    waits for another, and records of one request stay in order.
+//  - The events ring has exactly one writer at a time: whoever holds
+//    `writer_mu_`, taken with try_lock by sinks and by the loop thread. A sink
+//    that gets it while the outbox is empty writes its records straight into
+//    the ring; otherwise it queues them, and flush() (by it, or by the holder,
+//    which re-checks the outbox after it unlocks) moves them in FIFO order. So
+//    no sink waits for another, and records of one request stay in order.
 //  - close() (loop thread) cancels every live request in the engine, then
 //    unmaps the rings and closes the fds under both locks; sinks that run
 //    later find `closed_` and drop their records.
