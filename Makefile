@@ -42,7 +42,7 @@ bench: bench-build
 # quantum drives the preemption rate): sync, overlap and ideal at each quantum.
 bench-sweep: bench-build
 	@mkdir -p $(BENCH_DIR)
-	./$(BUILD_DIR)/kvlane-bench --synthetic --requests 150 --prompt-mean 256 --output-mean 256 \
+	./$(BUILD_DIR)/kvlane-bench --synthetic --requests 100 --prompt-mean 256 --output-mean 256 \
 	  --load 1.5 --interactive-share 0.2 --sweep-quantum --path inproc \
 	  --json $(BENCH_DIR)/sweep.json --plot $(BENCH_DIR)/sweep.png $(BENCH_FLAGS)
 

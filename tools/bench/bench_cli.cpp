@@ -676,6 +676,7 @@ int run_bench(const bench_options& o) {
         a.series.push_back(std::move(sa));
         b.series.push_back(std::move(sb));
       }
+      a.key = b.key = "bottom left";
       page.panels = {std::move(a), std::move(b)};
       page.columns = 2;
       page.width = 1300;
@@ -709,6 +710,7 @@ int run_bench(const bench_options& o) {
       if (!report.load_sweep.empty()) {
         plot_panel sw{"TTFT p99 vs offered load", "offered load (x capacity)",
                       "TTFT p99, simulated ms", false, plot_style::linespoints, {}, {}};
+        sw.key = "top left";
         for (auto mode : o.modes) {
           plot_series s{std::string{daemon::to_string(mode)}, {}};
           for (auto& p : report.load_sweep)

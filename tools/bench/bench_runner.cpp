@@ -234,6 +234,18 @@ expected<run_result, std::string> run_mode(const run_options& opts, daemon::sche
   else if (!result.timed_out)
     return unexpected(fmt::format("scheduler statistics unavailable: {}", st.error()));
   result.mean_slots_busy = gauge_samples ? slots_busy_sum / static_cast<double>(gauge_samples) : 0;
+  if (entry->info.kind == "sim") {
+    // Every step pays the base cost; every token carried pays the per-token
+    // cost once: prefill tokens, and one decode token per generated token
+    // after each sequence's first (which its last prefill chunk produced).
+    const auto& sim = cfg.models[entry->index].sim;
+    const auto& st = result.stats;
+    const double decode_rows = static_cast<double>(st.tokens_generated)
+                               - static_cast<double>(st.finished + st.failed + st.cancelled);
+    result.modeled_step_busy_ms =
+      static_cast<double>(st.steps) * sim.step_base_ms
+      + (static_cast<double>(st.prefill_tokens) + std::max(0.0, decode_rows)) * sim.step_per_token_ms;
+  }
   engine.reset();
   {
     // Sinks may still be referenced by actors being torn down; they only

@@ -91,7 +91,8 @@ struct run_result {
   double max_submit_lag_ms = 0;     ///< wall ms the driver submitted late, at worst
   std::vector<timeline_sample> timeline;
   bool timed_out = false;
-  bool serialized = false; ///< transfers ran on the compute lane (sync, or a device that cannot overlap)
+  double modeled_step_busy_ms = 0; ///< sim only: what the steps run should have taken (simulated ms)
+  bool serialized = false; ///< no transfer could run alongside a step (sync, or a device that cannot overlap)
 
   double sim_ms() const noexcept { return wall_ms * time_scale; }
 };

@@ -47,7 +47,8 @@ std::string gnuplot_script(const plot_page& page, const std::string& png_path) {
   const int cols = std::max(1, page.columns);
   const int rows = static_cast<int>((page.panels.size() + static_cast<std::size_t>(cols) - 1)
                                     / static_cast<std::size_t>(cols));
-  s += fmt::format("set terminal pngcairo size {},{} font \"sans,10\"\n", page.width, page.height);
+  s += fmt::format("set terminal pngcairo noenhanced size {},{} font \"sans,10\"\n", page.width,
+                   page.height);
   s += fmt::format("set output {}\n", quoted(png_path));
   s += fmt::format("set multiplot layout {},{} title {}\n", std::max(1, rows), cols,
                    quoted(page.title));
@@ -65,7 +66,7 @@ std::string gnuplot_script(const plot_page& page, const std::string& png_path) {
         tics += fmt::format("{}{} {}", i ? ", " : "", quoted(panel.bar_labels[i]), i);
       s += fmt::format("set xtics ({})\n", tics);
     } else {
-      s += "set autoscale\nset xtics autofreq\nset key top left\n";
+      s += fmt::format("set autoscale\nset xtics autofreq\nset key {}\n", panel.key);
     }
     if (panel.series.empty()) {
       s += "set label 1 \"no data\" at graph 0.5,0.5 center\nplot NaN notitle\nunset label 1\n";

@@ -34,6 +34,7 @@ struct plot_panel {
   plot_style style = plot_style::lines;
   std::vector<plot_series> series;
   std::vector<std::string> bar_labels; ///< bars: one label per x = 0, 1, ...
+  std::string key = "top left"; ///< gnuplot key position
 };
 
 struct plot_page {

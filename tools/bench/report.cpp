@@ -83,8 +83,9 @@ mode_summary summarize(const run_result& r) {
   s.npu_busy = div_or_nan(st.step_busy_ms, r.wall_ms);
   s.transfer_s = st.transfer_ms * r.time_scale / 1000.0;
   s.transfer_hidden_reported = div_or_nan(st.transfer_hidden_ms, st.transfer_ms);
-  // On the compute lane a transfer cannot overlap a step, whatever the
-  // scheduler's estimate says (it counts a step queued behind the transfer).
+  // When no transfer can run alongside a step (sync runs them on the compute
+  // lane; some devices serialize them) nothing is hidden, whatever the
+  // scheduler's estimate says: it counts a step queued behind the transfer.
   s.transfer_hidden = r.serialized && st.transfer_ms > 0 ? 0.0 : s.transfer_hidden_reported;
   s.preemptions = st.preemptions;
   s.swaps = st.swaps;
@@ -100,6 +101,9 @@ mode_summary summarize(const run_result& r) {
   s.mean_slots_busy = r.mean_slots_busy;
   s.peak_waiting = r.peak_waiting;
   s.max_submit_lag_ms = r.max_submit_lag_ms * r.time_scale;
+  s.step_stretch = r.modeled_step_busy_ms > 0
+                     ? st.step_busy_ms * r.time_scale / r.modeled_step_busy_ms
+                     : nan;
   s.timed_out = r.timed_out;
   s.ttft_samples_ms = std::move(ttft);
   s.timeline = r.timeline;
@@ -238,6 +242,7 @@ std::string format_table(const std::vector<mode_summary>& modes,
   row("peak waiting", [](const mode_summary& m) { return fmt::format("{}", m.peak_waiting); });
   row("makespan s", [](const mode_summary& m) { return num(m.makespan_s, 1); });
   row("max submit lag ms", [](const mode_summary& m) { return num(m.max_submit_lag_ms, 0); });
+  row("step stretch", [](const mode_summary& m) { return num(m.step_stretch, 3); });
 
   if (!ratios.empty()) {
     out += fmt::format("\n{:<20}{:>12}{:>12}{:>14}{:>12}{:>12}\n", "ratio", "tokens/s",
@@ -331,6 +336,7 @@ void write_mode(json_writer& w, const mode_summary& m, bool timeline) {
   w.field("peak_waiting", m.peak_waiting);
   w.field("slots", m.slots);
   w.field("max_submit_lag_ms", m.max_submit_lag_ms);
+  w.field("step_stretch", m.step_stretch);
   w.field("timed_out", m.timed_out);
   if (timeline) {
     w.field("timeline_columns", "t_s slots_busy resident waiting parked queued_interactive "

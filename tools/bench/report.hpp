@@ -51,6 +51,7 @@ struct mode_summary {
   std::uint32_t peak_waiting = 0;
   std::uint32_t slots = 0;
   double max_submit_lag_ms = 0; ///< simulated ms the driver was late at worst
+  double step_stretch = 0;      ///< sim: measured step time / modeled (1 = faithful; NaN elsewhere)
   bool timed_out = false;
   std::vector<double> ttft_samples_ms; ///< completed requests, for CDF plots (not in JSON)
   std::vector<timeline_sample> timeline; ///< in JSON only with bench_report::include_timeline
