@@ -91,7 +91,7 @@ TEST_CASE("bench report: the JSON carries the documented field names for every m
   CHECK(json.find("\"overlap_throughput_vs_ideal\"") != std::string::npos);
 }
 
-TEST_CASE("bench report: targets pass and fail on their thresholds; missing modes are not judged") {
+TEST_CASE("bench report: targets pass and fail on their thresholds and missing modes are not judged") {
   std::vector<mode_summary> modes{summarize(fake_run(daemon::scheduler_mode::fcfs, 10)),
                                   summarize(fake_run(daemon::scheduler_mode::overlap, 1)),
                                   summarize(fake_run(daemon::scheduler_mode::ideal, 1))};

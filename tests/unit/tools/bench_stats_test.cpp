@@ -22,7 +22,7 @@ TEST_CASE("bench stats: percentiles do not depend on sample order") {
   CHECK(percentile(sut, 50) == doctest::Approx(5.5));
 }
 
-TEST_CASE("bench stats: one sample is every percentile; none is NaN") {
+TEST_CASE("bench stats: one sample is every percentile and none is NaN") {
   const std::vector<double> one{42};
   CHECK(percentile(one, 1) == 42);
   CHECK(percentile(one, 99) == 42);
