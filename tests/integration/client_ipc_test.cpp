@@ -542,7 +542,7 @@ TEST_CASE("client ipc: malformed records end only that client's connection, with
   CHECK(st->clients == 1);
 }
 
-TEST_CASE("client ipc: a client that stops reading is cancelled with reason backlog; others go on") {
+TEST_CASE("client ipc: a client that stops reading is cancelled with reason backlog, others go on") {
   daemon_fixture d{50, "[clients]\nevents_ring_records = 16\nmax_backlog_records = 64\n"};
   raw_conn slow{d.socket};
   slow.hello("slow");
@@ -587,7 +587,7 @@ TEST_CASE("client ipc: a client that stops reading is cancelled with reason back
   }
 }
 
-TEST_CASE("client ipc: users outside allow_users are refused; a closed socket mode denies access") {
+TEST_CASE("client ipc: users outside allow_users are refused, a closed socket mode denies access") {
   if (::geteuid() != 0) {
     MESSAGE("skipped: needs root to run a client under another uid");
     return;

@@ -48,7 +48,7 @@ TEST_CASE("engine: list shows every live sequence with its client, phase and cou
   CHECK(sut.engine->list().empty());
 }
 
-TEST_CASE("engine: cancel by id ends the stream; an unknown id is reported") {
+TEST_CASE("engine: cancel by id ends the stream, an unknown id is reported") {
   engine_fixture sut{test::small_config(scheduler_mode::overlap)};
   auto a = *sut.engine->submit(request("alice", 400));
   REQUIRE(a->next(10s).has_value());

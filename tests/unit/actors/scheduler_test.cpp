@@ -258,7 +258,7 @@ TEST_CASE("scheduler: cancel frees slot and store pages in every phase") {
   }
 }
 
-TEST_CASE("scheduler: failed dumps, loads and steps recompute or retry; streams stay exact") {
+TEST_CASE("scheduler: failed dumps, loads and steps recompute or retry, streams stay exact") {
   auto reqs = workload(12);
   auto solo = solo_results(reqs);
   engine_fixture sut{test::small_config(scheduler_mode::overlap)};

@@ -242,7 +242,7 @@ TEST_CASE("sim_backend: eos_rate 0 never ends a sequence, a higher eos_rate ends
   CHECK(high >= 30);
 }
 
-TEST_CASE("sim_backend: dump, clobber and load give the same continuation; a wrong snapshot does not") {
+TEST_CASE("sim_backend: dump, clobber and load give the same continuation, a wrong snapshot does not") {
   for (auto extent : {snapshot_extent::full_slot, snapshot_extent::used_length}) {
     CAPTURE(to_string(extent));
     auto o = small_options();

@@ -211,7 +211,7 @@ TEST_CASE("snapshot_store: among equal priorities retained snapshots go first, t
   CHECK(evicted[0].handle == newer);
 }
 
-TEST_CASE("snapshot_store: pinned and unsealed snapshots are never evicted; full when nothing "
+TEST_CASE("snapshot_store: pinned and unsealed snapshots are never evicted, full when nothing "
           "can go") {
   auto sut = make_store(64 * mib, 8 * mib);
   REQUIRE(sut->register_model(0, 0, 0));
