@@ -82,6 +82,7 @@ struct scheduler_state {
   lane_actor transfer;
   scheduler_mode mode = scheduler_mode::overlap;
   bool serialized = false; ///< transfers share the compute lane (sync, or no overlap)
+  bool fallback = false;   ///< overlap mode on a backend that cannot overlap
   std::uint32_t quantum = 64;
   std::uint32_t levels = 4;
   std::uint32_t max_step_tokens = 0;
@@ -380,7 +381,10 @@ private:
   }
 
   std::uint32_t quantum_of(std::uint32_t level) const {
-    return st_.quantum << std::min(level, 20u);
+    auto q = st_.quantum << std::min(level, 20u);
+    // Serialized fallback: fewer, larger switches below the top level, so new
+    // requests still get their first turn as early as in sync mode.
+    return level > 0 && st_.fallback ? q * 4 : q;
   }
 
   // Skip-join: a long prompt enters at the level whose quantum covers its
@@ -431,6 +435,8 @@ private:
   }
 
   double hidden_ms(clock::time_point a, clock::time_point b) const {
+    if (st_.serialized)
+      return 0; // transfers run on the compute lane: nothing is hidden
     double hidden = 0;
     for (auto& [s, e] : st_.recent_steps) {
       auto lo = std::max(a, s);
@@ -592,7 +598,10 @@ private:
         continue;
       }
       if (!slot && preempt) {
-        if (auto* victim = pick_victim(order, in_target))
+        // A dump queued behind other transfers would hold its slot idle:
+        // the victim keeps computing until the lane is free.
+        auto* victim = pick_victim(order, in_target);
+        if (victim && (transfers_pending() == 0 || would_recompute(*victim)))
           evict(*victim); // a recompute frees the slot at once, a dump later
         slot = free_slot();
       }
@@ -800,8 +809,6 @@ void apply_policy(scheduler_state& st, const daemon::scheduler_section& p) {
   st.aging_steps = p.aging_steps;
   st.spare = p.spare_slots;
   st.costs.set_alpha(p.ewma_alpha);
-  if (st.serialized && st.mode == scheduler_mode::overlap)
-    st.quantum *= 4; // the device serializes transfers: switch less often
 }
 
 caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
@@ -810,13 +817,13 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   st.info = setup.backend->info();
   st.mode = setup.policy.mode;
   st.slot_owner.assign(st.info.slots, std::nullopt);
-  st.serialized = st.mode == scheduler_mode::sync
-                  || (st.mode == scheduler_mode::overlap && !st.info.caps.transfer_overlaps_compute);
+  st.fallback = st.mode == scheduler_mode::overlap && !st.info.caps.transfer_overlaps_compute;
+  st.serialized = st.mode == scheduler_mode::sync || st.fallback;
   apply_policy(st, setup.policy);
-  if (st.mode == scheduler_mode::overlap && st.serialized)
+  if (st.fallback)
     st.log->info("model '{}': backend cannot overlap transfers with compute; "
-                 "using serialized switches with quantum {}",
-                 setup.model, st.quantum);
+                 "using serialized switches with 4x longer quanta below level 0",
+                 setup.model);
   st.compute = spawn_lane(self->system(), setup.model + "/compute", setup.backend, setup.store,
                           setup.compute_heartbeat);
   st.transfer = spawn_lane(self->system(), setup.model + "/transfer", setup.backend, setup.store,

@@ -164,6 +164,8 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
     e.doomed = false;
     used_ += need;
     ++snapshots_;
+    peak_used_ = std::max(peak_used_, used_);
+    peak_snapshots_ = std::max(peak_snapshots_, snapshots_);
     account->second.used += need;
     ++account->second.snapshots;
     out.handle = snapshot_handle{index, e.generation};
@@ -428,6 +430,8 @@ store_stats snapshot_store::stats() const {
     s.used_bytes = used_;
     s.snapshots = snapshots_;
     s.evictions = evictions_;
+    s.peak_used_bytes = peak_used_;
+    s.peak_snapshots = peak_snapshots_;
     s.evicted_bytes = evicted_bytes_;
     s.release_failures = release_failures_;
     for (const auto& [offset, size] : free_)

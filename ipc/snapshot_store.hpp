@@ -97,6 +97,8 @@ struct store_stats {
   std::uint64_t committed_bytes = 0; ///< RAM the kernel really holds for the arena
   std::uint64_t largest_free_bytes = 0;
   std::uint64_t snapshots = 0;
+  std::uint64_t peak_used_bytes = 0; ///< highest used_bytes since creation
+  std::uint64_t peak_snapshots = 0;  ///< highest snapshots since creation
   std::uint64_t evictions = 0;
   std::uint64_t evicted_bytes = 0;
   std::uint64_t release_failures = 0; ///< punch-hole failures (pages stayed committed)
@@ -216,6 +218,8 @@ private:
   std::uint64_t snapshots_ = 0;
   std::uint64_t tick_ = 0;
   std::uint64_t evictions_ = 0;
+  std::uint64_t peak_used_ = 0;
+  std::uint64_t peak_snapshots_ = 0;
   std::uint64_t evicted_bytes_ = 0;
   std::uint64_t release_failures_ = 0;
 };

@@ -136,9 +136,9 @@ expected<run_result, std::string> run_mode(const run_options& opts, daemon::sche
     auto last_sample = start;
     double last_busy_ms = 0;
     while (sampling.load(std::memory_order_acquire)) {
-      auto ss = engine->store_stats();
-      result.peak_store_bytes = std::max(result.peak_store_bytes, ss.used_bytes);
-      result.peak_snapshots = std::max(result.peak_snapshots, ss.snapshots);
+      auto ss = engine->store_stats(); // the store keeps exact peaks
+      result.peak_store_bytes = ss.peak_used_bytes;
+      result.peak_snapshots = ss.peak_snapshots;
       if (clock::now() >= next_gauge) {
         next_gauge += std::chrono::milliseconds(100);
         if (auto st = engine->stats(model, std::chrono::seconds(2))) {
