@@ -343,7 +343,19 @@ reload_report app::reload() {
   auto& next = *fresh;
 
   // Validate everything first so that a rejected reload changes nothing.
-  std::shared_ptr<const ipc::access_policy> new_admin;
+  std::shared_ptr<const ipc::access_policy> new_admin, new_clients;
+  if (next.clients.allow_users != now.clients.allow_users
+      || next.clients.allow_groups != now.clients.allow_groups) {
+    auto p = ipc::access_policy::create(next.clients.allow_users, next.clients.allow_groups,
+                                        /*open_when_empty=*/true);
+    if (!p) {
+      r.error = "[clients] " + std::move(p).error();
+      log->error("reload rejected, nothing changed: {}", r.error);
+      notify_.ready(summary());
+      return r;
+    }
+    new_clients = std::make_shared<const ipc::access_policy>(std::move(*p));
+  }
   if (next.admin.allow_users != now.admin.allow_users
       || next.admin.allow_groups != now.admin.allow_groups) {
     auto p = admin_policy(next.admin);
@@ -390,6 +402,12 @@ reload_report app::reload() {
       r.needs_restart.push_back("scheduler: a model's scheduler did not confirm the new knobs");
     }
   }
+  if (new_clients) {
+    gateway_->set_policy(std::move(new_clients));
+    now.clients.allow_users = next.clients.allow_users;
+    now.clients.allow_groups = next.clients.allow_groups;
+    r.applied.push_back("clients.allow_users / clients.allow_groups");
+  }
   if (new_admin) {
     admin_->set_policy(std::move(new_admin));
     now.admin.allow_users = next.admin.allow_users;
@@ -408,7 +426,7 @@ reload_report app::reload() {
   if (next.store != now.store)
     r.needs_restart.push_back("store");
   if (next.clients != now.clients)
-    r.needs_restart.push_back("clients");
+    r.needs_restart.push_back("clients (other than the allow lists)");
   if (next.admin.socket_mode != now.admin.socket_mode)
     r.needs_restart.push_back("admin.socket_mode");
   if (next.metrics != now.metrics)

@@ -35,10 +35,6 @@ std::uint64_t value_of(std::uint64_t t) {
   return t & ((1ull << 56) - 1);
 }
 
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 std::string user_name(uid_t uid) {
   std::array<char, 4096> buf{};
   passwd pw{};
@@ -48,16 +44,6 @@ std::string user_name(uid_t uid) {
   return "uid " + std::to_string(uid);
 }
 
-expected<uid_t, std::string> resolve_user(const std::string& v) {
-  if (all_digits(v))
-    return static_cast<uid_t>(std::stoul(v));
-  std::array<char, 4096> buf{};
-  passwd pw{};
-  passwd* out = nullptr;
-  if (::getpwnam_r(v.c_str(), &pw, buf.data(), buf.size(), &out) != 0 || out == nullptr)
-    return unexpected("[clients] allow_users: no user named '" + v + "'");
-  return out->pw_uid;
-}
 
 } // namespace
 
@@ -75,30 +61,11 @@ gateway::create(const clients_section& cfg, std::string socket_path, actors::eng
     return unexpected(what + ": " + std::strerror(errno));
   };
 
-  for (const auto& u : cfg.allow_users) {
-    auto uid = resolve_user(u);
-    if (!uid)
-      return unexpected(std::move(uid).error());
-    self->allow_uids_.insert(*uid);
-  }
-  for (const auto& g : cfg.allow_groups) {
-    std::array<char, 65536> buf{};
-    group gr{};
-    group* out = nullptr;
-    if (all_digits(g)) {
-      const auto gid = static_cast<gid_t>(std::stoul(g));
-      self->allow_gids_.insert(gid);
-      if (::getgrgid_r(gid, &gr, buf.data(), buf.size(), &out) != 0)
-        out = nullptr;
-    } else {
-      if (::getgrnam_r(g.c_str(), &gr, buf.data(), buf.size(), &out) != 0 || out == nullptr)
-        return unexpected("[clients] allow_groups: no group named '" + g + "'");
-      self->allow_gids_.insert(out->gr_gid);
-    }
-    for (char** m = out ? out->gr_mem : nullptr; m != nullptr && *m != nullptr; ++m)
-      if (auto uid = resolve_user(*m))
-        self->group_member_uids_.insert(*uid);
-  }
+  auto policy = ipc::access_policy::create(cfg.allow_users, cfg.allow_groups,
+                                           /*open_when_empty=*/true);
+  if (!policy)
+    return unexpected("[clients] " + std::move(policy).error());
+  self->policy_ = std::make_shared<const ipc::access_policy>(std::move(*policy));
 
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -161,12 +128,15 @@ void gateway::stop() {
     ::unlink(path_.c_str());
 }
 
-bool gateway::allowed(const ucred& c) const {
-  if (c.uid == 0)
-    return true;
-  if (allow_uids_.empty() && allow_gids_.empty())
-    return true;
-  return allow_uids_.count(c.uid) || allow_gids_.count(c.gid) || group_member_uids_.count(c.uid);
+bool gateway::allowed(int fd) const {
+  auto peer = ipc::read_peer_credentials(fd);
+  std::lock_guard lock{policy_mutex_};
+  return peer && policy_->allows(*peer);
+}
+
+void gateway::set_policy(std::shared_ptr<const ipc::access_policy> policy) {
+  std::lock_guard lock{policy_mutex_};
+  policy_ = std::move(policy);
 }
 
 void gateway::run() {
@@ -327,7 +297,7 @@ void gateway::handle_pending(int fd) {
   if (hello == nullptr)
     return refuse(fd, proto::errc::bad_message, "the first message must be a hello");
   const auto peer = it->second.peer;
-  if (!allowed(peer))
+  if (!allowed(fd))
     return refuse(fd, proto::errc::not_allowed,
                   "user " + user_name(peer.uid) + " (uid " + std::to_string(peer.uid) +
                     ") is not allowed to use kvlaned (see [clients] allow_users / allow_groups)");

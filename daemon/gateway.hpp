@@ -26,11 +26,13 @@
 #include "common/expected.hpp"
 #include "daemon/client_session.hpp"
 #include "daemon/config.hpp"
+#include "ipc/peer_access.hpp"
 
 #include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <sys/types.h>
@@ -54,6 +56,9 @@ public:
   /// Ends every session, stops the loop, removes the socket. Idempotent.
   void stop();
 
+  /// Replaces the allow lists for new connections (kvlane reload). Thread-safe.
+  void set_policy(std::shared_ptr<const ipc::access_policy> policy);
+
   const std::string& socket_path() const noexcept { return path_; }
   /// Current figures (engine_live and store figures are filled by the loop's
   /// stats handler only; here they are zero).
@@ -67,7 +72,7 @@ private:
   void handle_pending(int fd);
   void refuse(int fd, ipc::proto::errc code, const std::string& message);
   void close_session(std::uint64_t id, bool shutting_down);
-  bool allowed(const ucred& c) const;
+  bool allowed(int fd) const;
   ipc::proto::stats_reply_msg stats();
 
   struct pending_conn {
@@ -79,9 +84,8 @@ private:
   clients_section cfg_;
   std::string path_;
   actors::engine& engine_;
-  std::set<uid_t> allow_uids_;
-  std::set<gid_t> allow_gids_;
-  std::set<uid_t> group_member_uids_; ///< users listed as members of an allowed group
+  mutable std::mutex policy_mutex_;
+  std::shared_ptr<const ipc::access_policy> policy_; ///< [clients] allow lists
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
