@@ -94,9 +94,12 @@ ring_status ring_writer::try_push(std::span<const std::byte> record) noexcept {
   return ring_status::ok;
 }
 
-bool ring_writer::reader_sleeping() const noexcept {
+bool ring_writer::reader_sleeping() noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  return reader_waiting_->load(std::memory_order_relaxed) != 0;
+  // Claim the wake-up: one write to the eventfd serves every record published
+  // before the reader runs again (it re-checks the ring when it wakes).
+  return reader_waiting_->load(std::memory_order_relaxed) != 0
+         && reader_waiting_->exchange(0, std::memory_order_relaxed) != 0;
 }
 
 bool ring_writer::prepare_wait_for_room() noexcept {

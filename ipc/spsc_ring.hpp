@@ -22,8 +22,8 @@
 // Wake-ups: a reader spins for a while, then sets reader_waiting, issues a
 // seq_cst fence, re-checks, and blocks on an eventfd with poll(). A writer
 // publishes tail, issues a seq_cst fence and writes the eventfd only when
-// reader_waiting is set (the fences pair up: either the reader sees the new
-// tail or the writer sees the flag).
+// reader_waiting is set, clearing it (the fences pair up: either the reader
+// sees the new tail or the writer sees the flag; one wake-up per sleep).
 //
 // Hostility: the writer and the reader keep their own index privately and
 // read the peer's index only to learn how far it got. With `checked`, an index
@@ -95,8 +95,10 @@ public:
   /// Records that fit now (0 on a corrupt head).
   std::uint32_t free_slots() noexcept;
 
-  /// After publishing: true if the reader sleeps and must be woken.
-  bool reader_sleeping() const noexcept;
+  /// After publishing: true if the reader sleeps and must be woken by the
+  /// caller. Clears the reader's flag, so later records published before the
+  /// reader wakes do not signal again.
+  bool reader_sleeping() noexcept;
 
   /// Marks the writer as waiting for room (the reader should wake it after it
   /// consumes). Returns true if there is room after all (re-checked after a fence).

@@ -18,6 +18,8 @@
 // neighbours as much as the IPC: note the load average with the figures.
 //
 //   kvlane-ipcbench [--daemon PATH] [--streams N] [--seconds S] [--samples N] [--spin-us N]
+//                   [--workers N]
+// --workers sets the daemons' [daemon] worker_threads (default 0: one per core).
 // --spin-us sets the daemons' [clients] spin_us (the app reader's spin before it
 // sleeps; default 20): a value above the step time keeps the app's reader awake.
 #include "actors/engine.hpp"
@@ -186,12 +188,14 @@ summary socket_latency(std::size_t samples, std::uint64_t gap_ns) {
 }
 
 std::uint32_t g_spin_us = 20; // [clients] spin_us of the benchmark daemons
+std::uint32_t g_workers = 0;  // [daemon] worker_threads of the benchmark daemons (0 = one per core)
 
 std::string bench_config(const std::string& run_dir, std::uint32_t slots, bool zero_time) {
   return fmt::format(R"(version = 1
 [daemon]
 runtime_dir = "{}"
 log_level = "warn"
+worker_threads = {}
 [[model]]
 name = "bench"
 [model.sim]
@@ -209,7 +213,7 @@ max_step_tokens = 4096
 events_ring_records = 4096
 spin_us = {}
 )",
-                     run_dir, slots, zero_time ? 0.0 : 31.0, zero_time ? 0.0 : 1.7,
+                     run_dir, g_workers, slots, zero_time ? 0.0 : 31.0, zero_time ? 0.0 : 1.7,
                      zero_time ? 1e6 : 10.0, g_spin_us);
 }
 
@@ -265,6 +269,7 @@ struct stream_result {
   std::uint64_t tokens = 0;
   double seconds = 0;
   std::vector<double> latency_us;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> stamps; ///< (daemon ns, app ns)
 };
 
 stream_result run_streams(client::connection& c, std::uint32_t streams, std::uint32_t max_tokens,
@@ -283,6 +288,7 @@ stream_result run_streams(client::connection& c, std::uint32_t streams, std::uin
         const auto t = now_ns();
         std::lock_guard lock{mu};
         out.latency_us.push_back(static_cast<double>(t - ev.daemon_time_ns) / 1000.0);
+        out.stamps.emplace_back(ev.daemon_time_ns, t);
       }
     }
     if (ev.end || ev.failure) {
@@ -375,6 +381,8 @@ int main(int argc, char** argv) {
       seconds = std::stod(argv[i + 1]);
     else if (a == "--samples")
       samples = std::stoul(argv[i + 1]);
+    else if (a == "--workers")
+      g_workers = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
     else if (a == "--spin-us")
       g_spin_us = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
   }
@@ -402,10 +410,32 @@ int main(int argc, char** argv) {
     auto r = run_streams(*c, streams, 400, seconds, true);
     const auto s = summarize(r.latency_us);
     std::printf("token path, daemon sink -> app callback, %u streams, sim step 31 ms + 1.7 ms/token "
-                "at 10x, app reader spin %u us\n",
-                streams, g_spin_us);
-    std::printf("  %zu token events: p50 %.2f  p99 %.2f  mean %.2f  (%.0f tokens/s)\n\n", s.n, s.p50,
+                "at 10x, app reader spin %u us, daemon workers %u\n",
+                streams, g_spin_us, g_workers);
+    std::printf("  %zu token events: p50 %.2f  p99 %.2f  mean %.2f  (%.0f tokens/s)\n", s.n, s.p50,
                 s.p99, s.mean, static_cast<double>(r.tokens) / r.seconds);
+    // Where the time goes: a step's tokens arrive as a burst; split the first
+    // of each burst (the app's reader is asleep) from the rest.
+    auto stamps = r.stamps;
+    std::sort(stamps.begin(), stamps.end());
+    std::vector<double> first, rest, spread, arrival;
+    std::uint64_t burst_start = 0, prev = 0;
+    for (auto [d, a] : stamps) {
+      const bool starts = prev == 0 || d - prev > 1'000'000;
+      if (starts) {
+        if (prev != 0)
+          spread.push_back(static_cast<double>(prev - burst_start) / 1000.0);
+        burst_start = d;
+      }
+      (starts ? first : rest).push_back(static_cast<double>(a - d) / 1000.0);
+      arrival.push_back(static_cast<double>(d - burst_start) / 1000.0);
+      prev = d;
+    }
+    const auto f = summarize(first), o = summarize(rest), sp = summarize(spread);
+    std::printf("  first token of a step: p50 %.2f  p99 %.2f; the other tokens: p50 %.2f  p99 %.2f\n",
+                f.p50, f.p99, o.p50, o.p99);
+    std::printf("  the daemon hands a step's tokens to its sinks over p50 %.1f us (p99 %.1f)\n\n",
+                sp.p50, sp.p99);
   }
   {
     const auto cfg_text = bench_config(dir + "/fast/run", streams, true);
