@@ -3,6 +3,7 @@
 #include "backends/factory.hpp"
 #include "daemon/logging.hpp"
 #include "tools/bench/bench_runner.hpp"
+#include "tools/bench/ipc_driver.hpp"
 #include "tools/bench/plot.hpp"
 #include "tools/bench/report.hpp"
 #include "tools/bench/stats.hpp"
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <unistd.h>
 
 namespace kvlane::tools::bench {
 
@@ -23,10 +25,10 @@ namespace {
 
 constexpr std::string_view usage_text = R"(usage: kvlane-bench (--trace PATH | --synthetic) [options]
 
-Replays a workload against the in-process serving core once per scheduling mode
-(same requests, same seed, a fresh engine each) and reports throughput, latency
-percentiles, NPU busy time, transfers and preemptions, with ratios against the
-`ideal` mode and of `overlap` against `fcfs` and `sync`. Times are simulated
+Replays a workload against the serving core once per scheduling mode (same
+requests, same seed, a fresh engine or daemon each) and reports throughput,
+latency percentiles, NPU busy time, transfers and preemptions, with ratios against
+the `ideal` mode and of `overlap` against `fcfs` and `sync`. Times are simulated
 milliseconds (wall ms x time_scale). See docs/benchmarks.md.
 
 workload:
@@ -49,7 +51,10 @@ what to run:
   --sweep LOADS           also run every mode at each load, e.g. 0.5,0.75,1.0,1.25
   --sweep-quantum         halve scheduler.quantum_tokens from its configured value until
                           a mode preempts >= 1 time per slot per simulated second
-  --path inproc|ipc       in-process engine (default); ipc is not available yet
+  --path inproc|ipc|both  inproc: an in-process engine (default); ipc: a kvlaned child
+                          per mode, driven through the client library; both: each
+                          mode in process then via ipc, with the ipc/inproc ratio
+  --kvlaned PATH          the daemon for ipc/both (default: kvlaned next to this program)
   --config PATH           kvlane.toml to use (default: the built-in bench profile)
   --print-profile         print the built-in profile (a kvlane.toml) and exit
   --model NAME            model to drive (default: the first)
@@ -321,8 +326,15 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
         o.path = bench_path::inproc;
       else if (v == "ipc")
         o.path = bench_path::ipc;
+      else if (v == "both")
+        o.path = bench_path::both;
       else
-        return fail("--path needs inproc or ipc");
+        return fail("--path needs inproc, ipc or both");
+    } else if (a == "--kvlaned") {
+      auto v = value();
+      if (!v || v->empty())
+        return fail("--kvlaned needs a path");
+      o.kvlaned_path = *v;
     } else if (a == "--config") {
       auto v = value();
       if (!v || v->empty())
@@ -384,6 +396,9 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
     return fail("--sweep scales arrivals to each load: it cannot be combined with --rate-scale");
   if (!o.sweep_loads.empty() && o.sweep_quantum)
     return fail("--sweep and --sweep-quantum are separate runs: give one");
+  if (o.path == bench_path::both && (!o.sweep_loads.empty() || o.sweep_quantum))
+    return fail("--path both compares the paths at one load: it cannot be combined with --sweep "
+                "or --sweep-quantum (run a sweep with --path inproc or ipc)");
   if (o.synthetic && !o.trace_path.empty())
     return fail("--synthetic and --trace are exclusive");
   if (!o.synthetic && o.trace_path.empty())
@@ -415,10 +430,14 @@ int run_bench(const bench_options& o) {
     std::fwrite(profile_text.data(), 1, profile_text.size(), stdout);
     return 0;
   }
-  if (o.path == bench_path::ipc)
+  const bool run_inproc = o.path != bench_path::ipc;
+  const bool run_ipc = o.path != bench_path::inproc;
+  std::string kvlaned = o.kvlaned_path.empty() ? default_kvlaned_path() : o.kvlaned_path;
+  if (run_ipc && (kvlaned.empty() || ::access(kvlaned.c_str(), X_OK) != 0))
     return fail(ex_unavailable,
-                "--path ipc is not available yet: it needs the client library and the daemon's "
-                "IPC gateway, which are not built yet. Use --path inproc (the default).");
+                fmt::format("--path {}: no executable kvlaned at '{}'; build it (cmake --build "
+                            "build --target kvlaned) or pass --kvlaned PATH",
+                            o.path == bench_path::ipc ? "ipc" : "both", kvlaned));
 
   if (auto err = daemon::logging::setup(o.log_level, {}, daemon::logging::sink_style::terminal);
       !err.empty())
@@ -485,6 +504,7 @@ int run_bench(const bench_options& o) {
   ctx.profile_source = profile_source;
   ctx.profile_toml = profile_toml;
   ctx.model = m->name;
+  ctx.path = o.path == bench_path::inproc ? "inproc" : o.path == bench_path::ipc ? "ipc" : "both";
   ctx.time_scale = ts;
   ctx.seed = o.seed;
   ctx.interactive_share = o.interactive_share;
@@ -544,9 +564,21 @@ int run_bench(const bench_options& o) {
     ctx.arrival_span_s / ts, ts));
 
   // -- runs --------------------------------------------------------------------------
+  const bool overlaps = info.caps.transfer_overlaps_compute;
+  // Runs every mode on the requested path(s). With --path both, each mode
+  // runs in process then via ipc (back to back, so both see the same machine
+  // state) and the ipc figures go to *ipc_out.
   auto run_all = [&](const std::vector<trace_request>& reqs, const daemon::config& run_cfg,
-                     const std::string& label) -> expected<std::vector<mode_summary>, std::string> {
+                     const std::string& label, std::vector<mode_summary>* ipc_out)
+    -> expected<std::vector<mode_summary>, std::string> {
     std::vector<mode_summary> out;
+    auto done = [&](const mode_summary& s, const run_result& r, std::string_view path) {
+      progress_line(o, fmt::format(
+        "{}{}{}: {}/{} completed in {:.1f} s wall; {:.1f} tokens/s, TTFT p99 {:.0f} ms, "
+        "{} preemptions{}",
+        label, s.mode, path, s.completed, s.requests, r.wall_ms / 1000.0, s.throughput_tok_s,
+        s.ttft_p99_ms, s.preemptions, s.timed_out ? " (TIMED OUT)" : ""));
+    };
     for (auto mode : o.modes) {
       run_options ro;
       ro.cfg = run_cfg;
@@ -554,30 +586,42 @@ int run_bench(const bench_options& o) {
       ro.time_scale = ts;
       ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.timeout_s * 1000));
       ro.progress = [&](std::string_view line) { progress_line(o, line); };
-      progress_line(o, fmt::format("{}{}: running {} requests", label, daemon::to_string(mode),
-                                   reqs.size()));
-      auto r = run_mode(ro, mode, reqs);
-      if (!r)
-        return unexpected(fmt::format("mode {}: {}", daemon::to_string(mode), r.error()));
-      auto s = summarize(*r);
-      progress_line(o, fmt::format(
-        "{}{}: {}/{} completed in {:.1f} s wall; {:.1f} tokens/s, TTFT p99 {:.0f} ms, "
-        "{} preemptions{}",
-        label, s.mode, s.completed, s.requests, r->wall_ms / 1000.0, s.throughput_tok_s,
-        s.ttft_p99_ms, s.preemptions, s.timed_out ? " (TIMED OUT)" : ""));
-      out.push_back(std::move(s));
+      if (run_inproc) {
+        progress_line(o, fmt::format("{}{}: running {} requests", label, daemon::to_string(mode),
+                                     reqs.size()));
+        auto r = run_mode(ro, mode, reqs);
+        if (!r)
+          return unexpected(fmt::format("mode {}: {}", daemon::to_string(mode), r.error()));
+        auto s = summarize(*r);
+        done(s, *r, "");
+        out.push_back(std::move(s));
+      }
+      if (run_ipc) {
+        ipc_run_options io;
+        io.run = ro;
+        io.kvlaned_path = kvlaned;
+        io.log_level = o.log_level;
+        io.transfers_overlap = overlaps;
+        progress_line(o, fmt::format("{}{} (ipc): running {} requests through {}", label,
+                                     daemon::to_string(mode), reqs.size(), kvlaned));
+        auto r = run_mode_ipc(io, mode, reqs);
+        if (!r)
+          return unexpected(fmt::format("mode {} (ipc): {}", daemon::to_string(mode), r.error()));
+        auto s = summarize(*r);
+        done(s, *r, " (ipc)");
+        (run_inproc && ipc_out ? *ipc_out : out).push_back(std::move(s));
+      }
     }
     return out;
   };
 
   bench_report report;
-  const bool overlaps = info.caps.transfer_overlaps_compute;
   if (o.sweep_quantum) {
     std::uint32_t q = std::max(1u, cfg.scheduler.quantum_tokens);
     for (;;) {
       auto run_cfg = cfg;
       run_cfg.scheduler.quantum_tokens = q;
-      auto modes = run_all(main_reqs, run_cfg, fmt::format("quantum {}: ", q));
+      auto modes = run_all(main_reqs, run_cfg, fmt::format("quantum {}: ", q), nullptr);
       if (!modes)
         return fail(1, modes.error());
       quantum_point p{q, std::move(*modes)};
@@ -608,7 +652,7 @@ int run_bench(const bench_options& o) {
     for (double load : o.sweep_loads) {
       double f = 1;
       auto reqs = scaled(w, o, load, f);
-      auto modes = run_all(reqs, cfg, fmt::format("load {}: ", load));
+      auto modes = run_all(reqs, cfg, fmt::format("load {}: ", load), nullptr);
       if (!modes)
         return fail(1, modes.error());
       load_point p{load, offered_load(reqs, w.wm).value_or(0), std::move(*modes)};
@@ -619,29 +663,50 @@ int run_bench(const bench_options& o) {
       report.load_sweep.push_back(std::move(p));
     }
     if (!have_main) {
-      auto modes = run_all(main_reqs, cfg, "");
+      auto modes = run_all(main_reqs, cfg, "", &report.ipc_modes);
       if (!modes)
         return fail(1, modes.error());
       report.modes = std::move(*modes);
     }
     report.ratios = standard_ratios(report.modes);
     report.targets = comparison_targets(report.modes, overlaps);
+    for (auto& t : compare_paths(report.modes, report.ipc_modes))
+      report.targets.push_back(std::move(t));
   }
   report.ctx = std::move(ctx);
   report.include_timeline = o.timeline;
 
   // -- output ----------------------------------------------------------------------------
+  std::string_view path_desc = o.path == bench_path::inproc ? "in-process engine"
+                               : o.path == bench_path::ipc
+                                 ? "kvlaned child via the client library"
+                                 : "in process, then kvlaned via the client library (\"ipc\" columns)";
   std::string text = fmt::format(
     "\nkvlane-bench: {} requests, offered load {:.3f}, time_scale {}, sim overlap {}\n"
-    "all times in simulated ms (wall ms x {})\n\n",
+    "path: {}\nall times in simulated ms (wall ms x {})\n\n",
     report.ctx.requests, report.ctx.offered_load, ts,
-    sim ? backends::to_string(m->sim.overlap) : std::string_view{"n/a"}, ts);
+    sim ? backends::to_string(m->sim.overlap) : std::string_view{"n/a"}, path_desc, ts);
+  // --path both: each mode's in-process column next to its ipc column.
+  auto columns = report.modes;
+  if (!report.ipc_modes.empty()) {
+    columns.clear();
+    for (auto& s : report.modes) {
+      columns.push_back(s);
+      for (auto x : report.ipc_modes)
+        if (x.mode == s.mode) {
+          x.mode += " ipc";
+          columns.push_back(std::move(x));
+        }
+    }
+  }
   if (o.sweep_quantum) {
     text += "quantum sweep (scheduler.quantum_tokens halved until >= 1 preemption/slot/s):\n";
     text += format_quantum_sweep(report.quantum_sweep);
     text += "\n" + format_targets(report.targets);
   } else {
-    text += format_table(report.modes, report.ratios, report.targets);
+    text += format_table(columns, report.ratios, report.targets);
+    if (!report.ipc_modes.empty())
+      text += "\n" + format_path_comparison(report.modes, report.ipc_modes);
     if (!report.load_sweep.empty())
       text += "\nload sweep:\n" + format_load_sweep(report.load_sweep);
   }
@@ -693,8 +758,8 @@ int run_bench(const bench_options& o) {
       plot_panel inter{"TTFT p99, interactive requests", "mode", "simulated ms", false,
                        plot_style::bars, {}, {}};
       plot_series bars{"tokens/s", {}}, ibars{"interactive TTFT p99", {}};
-      for (std::size_t i = 0; i < report.modes.size(); ++i) {
-        const auto& s = report.modes[i];
+      for (std::size_t i = 0; i < columns.size(); ++i) {
+        const auto& s = columns[i];
         cdfp.series.push_back({s.mode, cdf(s.ttft_samples_ms)});
         bars.points.emplace_back(static_cast<double>(i), s.throughput_tok_s);
         ibars.points.emplace_back(static_cast<double>(i), s.ttft_p99_interactive_ms);

@@ -4,10 +4,13 @@
 //
 // Problem it solves: one invocation replays the same workload (a request
 // trace or a synthetic Poisson mix, same seed) against every requested
-// scheduling mode, one after another on a fresh in-process engine each, so
-// the comparison holds on a noisy machine; prints a table, ratios and the
-// project's targets; writes JSON and a gnuplot PNG. Also sweeps the offered
-// load (--sweep) or the scheduler's quantum (--sweep-quantum).
+// scheduling mode, one after another on a fresh serving core each, so the
+// comparison holds on a noisy machine: an in-process engine (--path inproc),
+// a real kvlaned child driven through the client library (--path ipc), or
+// both, one after the other per mode, with the IPC/in-process throughput
+// ratio (--path both). Prints a table, ratios and the project's targets;
+// writes JSON and a gnuplot PNG. Also sweeps the offered load (--sweep) or
+// the scheduler's quantum (--sweep-quantum).
 //
 // Threading: bench_main runs on the caller's thread and blocks until done.
 
@@ -24,7 +27,7 @@
 
 namespace kvlane::tools::bench {
 
-enum class bench_path : std::uint8_t { inproc, ipc };
+enum class bench_path : std::uint8_t { inproc, ipc, both };
 
 struct bench_options {
   std::string trace_path;
@@ -42,6 +45,7 @@ struct bench_options {
   std::optional<double> time_scale;
   std::optional<backends::transfer_overlap> sim_overlap;
   bench_path path = bench_path::inproc;
+  std::string kvlaned_path;           ///< --path ipc/both; empty = next to this program
   std::string config_path;            ///< empty = the built-in bench profile
   std::string model;                  ///< empty = the first model
   std::string json_out;

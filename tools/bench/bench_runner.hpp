@@ -86,6 +86,7 @@ struct run_result {
   double wall_ms = 0;            ///< run start (first arrival due) to the last end
   std::uint64_t peak_store_bytes = 0;
   std::uint64_t peak_snapshots = 0;
+  bool store_peaks_known = true; ///< false: the path cannot observe the store's peaks (ipc)
   double mean_slots_busy = 0;       ///< sampled every ~100 ms of wall time
   std::uint32_t peak_waiting = 0;   ///< sequences without a slot (queued or parked)
   double max_submit_lag_ms = 0;     ///< wall ms the driver submitted late, at worst

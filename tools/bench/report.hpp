@@ -47,12 +47,15 @@ struct mode_summary {
   double preemptions_per_s = 0;      ///< per simulated second
   double preemptions_per_slot_s = 0; ///< per slot per simulated second
   std::uint64_t peak_store_bytes = 0, peak_snapshots = 0;
+  bool store_peaks_known = true; ///< false: unavailable on this path (ipc): "-" and null
   double mean_slots_busy = 0;
   std::uint32_t peak_waiting = 0;
   std::uint32_t slots = 0;
   double max_submit_lag_ms = 0; ///< simulated ms the driver was late at worst
   double step_stretch = 0;      ///< sim: measured step time / modeled (1 = faithful; NaN elsewhere)
   bool timed_out = false;
+  /// --path both: this mode's output tokens/s via ipc / in process (on both summaries).
+  std::optional<double> ipc_vs_inproc_throughput;
   std::vector<double> ttft_samples_ms; ///< completed requests, for CDF plots (not in JSON)
   std::vector<timeline_sample> timeline; ///< in JSON only with bench_report::include_timeline
 };
@@ -90,6 +93,16 @@ struct target_check {
 std::vector<target_check> comparison_targets(const std::vector<mode_summary>& modes,
                                              bool transfers_overlap);
 
+/// --path both: sets ipc_vs_inproc_throughput on every mode of `inproc` and
+/// `ipc` that ran both ways, and returns one target per such mode: the IPC
+/// path's output tokens/s within 3% of the in-process engine's.
+std::vector<target_check> compare_paths(std::vector<mode_summary>& inproc,
+                                        std::vector<mode_summary>& ipc);
+
+/// --path both: per mode, tokens/s and TTFT p99 on each path and their ratios.
+std::string format_path_comparison(const std::vector<mode_summary>& inproc,
+                                   const std::vector<mode_summary>& ipc);
+
 /// One point of the quantum sweep: a quantum and each mode's figures there.
 struct quantum_point {
   std::uint32_t quantum_tokens = 0;
@@ -109,7 +122,7 @@ struct load_point {
 /// Everything a report holds besides the figures: where they came from.
 struct report_context {
   std::string command_line;
-  std::string path = "inproc";
+  std::string path = "inproc"; ///< inproc, ipc or both
   std::string profile_source;   ///< "built-in bench profile" or the config path
   std::string profile_toml;     ///< the built-in profile's text (empty for a file)
   daemon::config cfg;           ///< as run (mode aside)
@@ -133,7 +146,8 @@ struct report_context {
 
 struct bench_report {
   report_context ctx;
-  std::vector<mode_summary> modes;
+  std::vector<mode_summary> modes;      ///< the path run; inproc with --path both
+  std::vector<mode_summary> ipc_modes;  ///< --path both: the same modes via ipc
   std::vector<ratio_set> ratios;
   std::vector<target_check> targets;
   std::vector<load_point> load_sweep;

@@ -49,11 +49,17 @@ TEST_CASE("bench cli: the quantum sweep runs the preempting modes only") {
   CHECK(given->modes == std::vector{daemon::scheduler_mode::overlap});
 }
 
-TEST_CASE("bench cli: --path ipc is accepted and fails with a clear message") {
-  auto sut = parse({"--synthetic", "--path", "ipc"});
+TEST_CASE("bench cli: --path ipc and both are accepted and a missing kvlaned is unavailable (69)") {
+  auto sut = parse({"--synthetic", "--path", "ipc", "--kvlaned", "/nonexistent/kvlaned"});
   REQUIRE(sut.has_value());
   CHECK(sut->path == bench_path::ipc);
+  CHECK(sut->kvlaned_path == "/nonexistent/kvlaned");
   CHECK(run_bench(*sut) == 69);
+  auto both = parse({"--synthetic", "--path", "both"});
+  REQUIRE(both.has_value());
+  CHECK(both->path == bench_path::both);
+  CHECK(parse({"--synthetic", "--path", "both", "--sweep", "0.5,1"}).error().find("--path both")
+        != std::string::npos);
 }
 
 TEST_CASE("bench cli: the built-in profile keeps the ARIES timing with small host snapshots") {

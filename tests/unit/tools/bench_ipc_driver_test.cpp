@@ -1,0 +1,43 @@
+#include "tools/bench/bench_cli.hpp"
+#include "tools/bench/ipc_driver.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace kvlane;
+using namespace kvlane::tools::bench;
+
+TEST_CASE("bench ipc driver: the written kvlane.toml parses back to the same configuration") {
+  auto cfg = builtin_profile();
+  REQUIRE(cfg.has_value());
+  // Away from the defaults wherever a key could be written wrongly.
+  cfg->daemon.runtime_dir = "/tmp/kvlane bench \"quoted\"\\dir";
+  cfg->daemon.log_levels = {{"daemon", "info"}, {"ipc", "debug"}};
+  cfg->daemon.shutdown_grace = std::chrono::milliseconds(1234);
+  auto& m = cfg->models.front();
+  m.store_floor_bytes = 1 << 20;
+  m.store_cap_bytes = 3 << 20;
+  m.sim.extent = backends::snapshot_extent::used_length;
+  m.sim.overlap = backends::transfer_overlap::shared;
+  m.sim.time_scale = 1e6;
+  m.sim.eos_rate = 0.125;
+  m.sim.dump_faults.fail_nth = 7;
+  m.sim.load_faults.fail_rate = 0.01;
+  m.sim.load_faults.code = backends::backend_errc::device_timeout;
+  cfg->scheduler.mode = daemon::scheduler_mode::sync;
+  cfg->scheduler.ewma_alpha = 0.3;
+  cfg->clients.socket_mode = 0660;
+  cfg->clients.allow_users = {"alice", "1000"};
+  cfg->clients.max_requests = 4096;
+  cfg->admin.allow_groups = {"kvlane-admins"};
+  cfg->metrics.listen = "127.0.0.1:9464";
+
+  auto sut = daemon::parse(config_toml(*cfg), "<written>");
+  REQUIRE_MESSAGE(sut.has_value(), (sut ? std::string{} : sut.error().message));
+  CHECK(sut->daemon == cfg->daemon);
+  CHECK(sut->models == cfg->models);
+  CHECK(sut->scheduler == cfg->scheduler);
+  CHECK(sut->store == cfg->store);
+  CHECK(sut->clients == cfg->clients);
+  CHECK(sut->admin == cfg->admin);
+  CHECK(sut->metrics == cfg->metrics);
+}
