@@ -100,6 +100,8 @@ json status(const admin_services& s) {
             {"committed_bytes", store.committed_bytes},
             {"limit_bytes", store.limit_bytes},
             {"snapshots", store.snapshots},
+            {"peak_used_bytes", store.peak_used_bytes},
+            {"peak_snapshots", store.peak_snapshots},
             {"evictions", store.evictions}}}};
 }
 

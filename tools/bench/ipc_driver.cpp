@@ -810,6 +810,12 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
       result.stats = *st;
     else
       stats_error = st.error();
+    // The store keeps exact peaks; `status` reports them.
+    if (auto store = reply->find("store"); store != reply->end() && store->contains("peak_used_bytes")) {
+      result.peak_store_bytes = store->at("peak_used_bytes").get<std::uint64_t>();
+      result.peak_snapshots = store->at("peak_snapshots").get<std::uint64_t>();
+      result.store_peaks_known = true;
+    }
   } else {
     stats_error = reply.error();
   }
