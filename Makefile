@@ -30,7 +30,8 @@ test: build
 # Benchmarks (docs/benchmarks.md): figures and ratios, not pass/fail tests.
 # The default comparison: conv trace, 200 requests, load 1.0, 20% interactive, all four modes.
 bench-build: bootstrap $(BUILD_DIR)/CMakeCache.txt
-	cmake --build $(BUILD_DIR) -j $(JOBS) --target kvlane-bench
+	@./scripts/bootstrap --bench
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kvlane-bench kvlaned
 
 bench: bench-build
 	@mkdir -p $(BENCH_DIR)
