@@ -128,40 +128,18 @@ expected<run_result, std::string> run_mode(const run_options& opts, daemon::sche
 
   // Samples the store's occupancy and the scheduler's gauges until stopped.
   std::atomic<bool> sampling{true};
-  double slots_busy_sum = 0;
-  std::uint64_t gauge_samples = 0;
   const auto start = clock::now();
+  gauge_recorder gauges{start, ts};
   std::thread sampler{[&] {
     auto next_gauge = clock::now();
-    auto last_sample = start;
-    double last_busy_ms = 0;
     while (sampling.load(std::memory_order_acquire)) {
       auto ss = engine->store_stats(); // the store keeps exact peaks
       result.peak_store_bytes = ss.peak_used_bytes;
       result.peak_snapshots = ss.peak_snapshots;
       if (clock::now() >= next_gauge) {
         next_gauge += std::chrono::milliseconds(100);
-        if (auto st = engine->stats(model, std::chrono::seconds(2))) {
-          const auto now = clock::now();
-          slots_busy_sum += st->slots_busy;
-          ++gauge_samples;
-          result.peak_waiting = std::max(result.peak_waiting, st->waiting + st->parked);
-          timeline_sample t;
-          t.t_s = ms_between(start, now) * ts / 1000.0;
-          t.slots_busy = st->slots_busy;
-          t.resident = st->resident;
-          t.waiting = st->waiting;
-          t.parked = st->parked;
-          t.queued_interactive = st->queued_interactive;
-          t.queued_batch = st->queued_batch;
-          const double dt = ms_between(last_sample, now);
-          t.npu_busy = dt > 0 ? (st->step_busy_ms - last_busy_ms) / dt : 0;
-          t.tokens_generated = st->tokens_generated;
-          t.preemptions = st->preemptions;
-          last_sample = now;
-          last_busy_ms = st->step_busy_ms;
-          result.timeline.push_back(t);
-        }
+        if (auto st = engine->stats(model, std::chrono::seconds(2)))
+          gauges.add(*st, clock::now(), result.timeline, result.peak_waiting);
       }
       std::this_thread::sleep_for(opts.sample_interval);
     }
@@ -233,7 +211,7 @@ expected<run_result, std::string> run_mode(const run_options& opts, daemon::sche
     result.stats = *st;
   else if (!result.timed_out)
     return unexpected(fmt::format("scheduler statistics unavailable: {}", st.error()));
-  result.mean_slots_busy = gauge_samples ? slots_busy_sum / static_cast<double>(gauge_samples) : 0;
+  result.mean_slots_busy = gauges.mean_slots_busy();
   if (entry->info.kind == "sim") {
     // Every step pays the base cost; every token carried pays the per-token
     // cost once: prefill tokens, and one decode token per generated token
@@ -254,6 +232,29 @@ expected<run_result, std::string> run_mode(const run_options& opts, daemon::sche
     col->outcomes = nullptr;
   }
   return result;
+}
+
+void gauge_recorder::add(const actors::scheduler_stats& st,
+                         std::chrono::steady_clock::time_point now,
+                         std::vector<timeline_sample>& timeline, std::uint32_t& peak_waiting) {
+  slots_busy_sum_ += st.slots_busy;
+  ++samples_;
+  peak_waiting = std::max(peak_waiting, st.waiting + st.parked);
+  timeline_sample t;
+  t.t_s = std::chrono::duration<double>(now - start_).count() * time_scale_;
+  t.slots_busy = st.slots_busy;
+  t.resident = st.resident;
+  t.waiting = st.waiting;
+  t.parked = st.parked;
+  t.queued_interactive = st.queued_interactive;
+  t.queued_batch = st.queued_batch;
+  const double dt = std::chrono::duration<double, std::milli>(now - last_).count();
+  t.npu_busy = dt > 0 ? (st.step_busy_ms - last_busy_ms_) / dt : 0;
+  t.tokens_generated = st.tokens_generated;
+  t.preemptions = st.preemptions;
+  last_ = now;
+  last_busy_ms_ = st.step_busy_ms;
+  timeline.push_back(t);
 }
 
 } // namespace kvlane::tools::bench

@@ -69,6 +69,29 @@ struct timeline_sample {
   std::uint64_t tokens_generated = 0, preemptions = 0; ///< cumulative
 };
 
+/// Turns periodic scheduler statistics into timeline samples, the peak queue
+/// and the mean of busy slots. Both the in-process and the IPC driver use it.
+class gauge_recorder {
+public:
+  gauge_recorder(std::chrono::steady_clock::time_point start, double time_scale)
+    : start_(start), last_(start), time_scale_(time_scale) {}
+
+  /// Records the statistics read at `now` into `timeline` and `peak_waiting`.
+  void add(const actors::scheduler_stats& st, std::chrono::steady_clock::time_point now,
+           std::vector<timeline_sample>& timeline, std::uint32_t& peak_waiting);
+
+  double mean_slots_busy() const noexcept {
+    return samples_ ? slots_busy_sum_ / static_cast<double>(samples_) : 0;
+  }
+
+private:
+  std::chrono::steady_clock::time_point start_, last_;
+  double time_scale_;
+  double last_busy_ms_ = 0;
+  double slots_busy_sum_ = 0;
+  std::uint64_t samples_ = 0;
+};
+
 struct run_options {
   daemon::config cfg;      ///< the mode is set by run_mode
   std::string model;       ///< empty = the first model

@@ -702,18 +702,15 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
   std::mutex sampler_mutex;
   std::condition_variable sampler_cv;
   bool sampling = true;
-  double slots_busy_sum = 0;
-  std::uint64_t gauge_samples = 0;
   std::string sampler_error;
   const auto start = clock::now();
+  gauge_recorder gauges{start, ts};
   std::thread sampler{[&] {
     auto link = admin_link::open(admin_socket);
     if (!link) {
       sampler_error = link.error();
       return;
     }
-    auto last_sample = start;
-    double last_busy_ms = 0;
     auto next = start;
     std::unique_lock lock{sampler_mutex};
     while (sampling) {
@@ -723,24 +720,7 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
                       : expected<actors::scheduler_stats, std::string>{unexpected(reply.error())};
       const auto now = clock::now();
       if (st) {
-        slots_busy_sum += st->slots_busy;
-        ++gauge_samples;
-        result.peak_waiting = std::max(result.peak_waiting, st->waiting + st->parked);
-        timeline_sample t;
-        t.t_s = ms_between(start, now) * ts / 1000.0;
-        t.slots_busy = st->slots_busy;
-        t.resident = st->resident;
-        t.waiting = st->waiting;
-        t.parked = st->parked;
-        t.queued_interactive = st->queued_interactive;
-        t.queued_batch = st->queued_batch;
-        const double dt = ms_between(last_sample, now);
-        t.npu_busy = dt > 0 ? (st->step_busy_ms - last_busy_ms) / dt : 0;
-        t.tokens_generated = st->tokens_generated;
-        t.preemptions = st->preemptions;
-        last_sample = now;
-        last_busy_ms = st->step_busy_ms;
-        result.timeline.push_back(t);
+        gauges.add(*st, now, result.timeline, result.peak_waiting);
       } else if (sampler_error.empty()) {
         sampler_error = st.error();
       }
@@ -826,7 +806,7 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
     result.stats.loads = transfers_metric(text, model, "load").value_or(0);
   }
   result.stats.mode = mode;
-  result.mean_slots_busy = gauge_samples ? slots_busy_sum / static_cast<double>(gauge_samples) : 0;
+  result.mean_slots_busy = gauges.mean_slots_busy();
 
   if (result.timed_out) {
     progress(fmt::format("{} (ipc): timed out after {} s with {} of {} requests ended; stopping "
