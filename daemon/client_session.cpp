@@ -532,6 +532,14 @@ void client_session::flush() {
 }
 
 void client_session::signal_reader() {
+  // The app shares this eventfd's file status flags. Had it cleared O_NONBLOCK,
+  // a write to a counter it saturated could block a daemon thread: that is a
+  // protocol violation and ends the connection.
+  const int flags = ::fcntl(events_efd_, F_GETFL);
+  if (flags < 0 || (flags & O_NONBLOCK) == 0) {
+    doom("events eventfd: the app cleared O_NONBLOCK, which the protocol forbids");
+    return;
+  }
   // A saturated eventfd already wakes the reader; never risk a blocking write.
   pollfd p{events_efd_, POLLOUT, 0};
   if (::poll(&p, 1, 0) == 1 && (p.revents & POLLOUT))

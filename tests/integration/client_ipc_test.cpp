@@ -21,6 +21,7 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -490,6 +491,19 @@ TEST_CASE("client ipc: malformed records end only that client's connection, with
     auto f = expect_fatal(c);
     CHECK(f.code == proto::errc::ring_corrupt);
     CHECK(f.message.find("tail index") != std::string::npos);
+  }
+  SUBCASE("an app that clears O_NONBLOCK on its events eventfd") {
+    raw_conn c{d.socket};
+    c.hello();
+    const int efd = c.fds[2]; // [memfd, submit eventfd, events eventfd]
+    REQUIRE(::fcntl(efd, F_SETFL, ::fcntl(efd, F_GETFL) & ~O_NONBLOCK) == 0);
+    c.events.prepare_sleep(); // ask to be woken, so the daemon writes the eventfd
+    proto::record_bytes r;
+    proto::encode(raw_submit(7, 20), r);
+    c.push(r);
+    auto f = expect_fatal(c);
+    CHECK(f.code == proto::errc::ring_corrupt);
+    CHECK(f.message.find("O_NONBLOCK") != std::string::npos);
   }
   SUBCASE("duplicate request id") {
     raw_conn c{d.socket};
