@@ -5,6 +5,8 @@
 #include "tools/bench/report.hpp"
 #include "tests/support/child_process.hpp"
 
+#include "tests/support/bench_profile.hpp"
+
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
@@ -17,22 +19,6 @@ using namespace kvlane::tools::bench;
 using json = nlohmann::json;
 
 namespace {
-
-// The bench profile, shrunk: 4 slots, short contexts, 500x faster than real time.
-daemon::config fast_profile() {
-  auto cfg = builtin_profile();
-  REQUIRE(cfg.has_value());
-  auto& sim = cfg->models.front().sim;
-  sim.slots = 4;
-  sim.max_context = 512;
-  sim.max_prefill_chunk = 64;
-  sim.snapshot_bytes = 512 * 64;
-  sim.time_scale = 500;
-  cfg->daemon.worker_threads = 2;
-  cfg->scheduler.quantum_tokens = 4;
-  cfg->scheduler.max_step_tokens = 256;
-  return std::move(*cfg);
-}
 
 std::vector<trace_request> ten_requests() {
   synthetic_options so;
@@ -51,7 +37,7 @@ std::vector<trace_request> ten_requests() {
 TEST_CASE("bench ipc: ten synthetic requests complete through a kvlaned child in overlap mode") {
   const auto reqs = ten_requests();
   ipc_run_options opts;
-  opts.run.cfg = fast_profile();
+  opts.run.cfg = test::fast_bench_profile();
   opts.run.time_scale = opts.run.cfg.models.front().sim.time_scale;
   opts.run.timeout = std::chrono::seconds(30);
   opts.kvlaned_path = KVLANED_PATH;

@@ -3,32 +3,14 @@
 #include "tools/bench/bench_runner.hpp"
 #include "tools/bench/report.hpp"
 
+#include "tests/support/bench_profile.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 using namespace kvlane;
 using namespace kvlane::tools::bench;
-
-namespace {
-
-// The bench profile, shrunk: 4 slots, short contexts, 500x faster than real time.
-daemon::config fast_profile() {
-  auto cfg = builtin_profile();
-  REQUIRE(cfg.has_value());
-  auto& sim = cfg->models.front().sim;
-  sim.slots = 4;
-  sim.max_context = 512;
-  sim.max_prefill_chunk = 64;
-  sim.snapshot_bytes = 512 * 64;
-  sim.time_scale = 500;
-  cfg->daemon.worker_threads = 2;
-  cfg->scheduler.quantum_tokens = 4;
-  cfg->scheduler.max_step_tokens = 256;
-  return std::move(*cfg);
-}
-
-} // namespace
 
 TEST_CASE("bench runner: ten synthetic requests complete in two modes and report every field") {
   synthetic_options so;
@@ -41,7 +23,7 @@ TEST_CASE("bench runner: ten synthetic requests complete in two modes and report
   mark_interactive(reqs, 0.3, 5);
 
   run_options opts;
-  opts.cfg = fast_profile();
+  opts.cfg = test::fast_bench_profile();
   opts.time_scale = opts.cfg.models.front().sim.time_scale;
   opts.timeout = std::chrono::seconds(30);
   bench_report sut;
