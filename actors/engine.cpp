@@ -1,7 +1,7 @@
 #include "actors/engine.hpp"
 
 #include "backends/factory.hpp"
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
@@ -43,15 +43,15 @@ engine::~engine() {
 }
 
 expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system& sys,
-                                                              const daemon::config& cfg,
+                                                              const engine_config& cfg,
                                                               scheduler_observer observer,
                                                               completion_hook on_complete) {
-  const bool ideal = cfg.scheduler.mode == daemon::scheduler_mode::ideal;
+  const bool ideal = cfg.scheduler.mode == actors::scheduler_mode::ideal;
   for (auto& m : cfg.models)
-    if (ideal && m.backend != "sim")
+    if (ideal && m.backend.kind != "sim")
       return unexpected(fmt::format("scheduler mode 'ideal' models free transfers and needs the "
                                     "sim backend; model '{}' uses '{}'",
-                                    m.name, m.backend));
+                                    m.name, m.backend.kind));
 
   auto arena = ipc::memfd_arena::create("kvlane-store", cfg.store.max_bytes);
   if (!arena)
@@ -65,18 +65,18 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
 
   std::unique_ptr<engine> self{new engine(sys, shared_store)};
   self->on_complete_ = std::move(on_complete);
-  auto log = daemon::logging::get("backend");
+  auto log = logging::get("backend");
   for (std::uint32_t i = 0; i < cfg.models.size(); ++i) {
     const auto& m = cfg.models[i];
-    auto sim = m.sim;
+    auto backend_cfg = m.backend;
     if (ideal) {
-      sim.dump_min_ms = sim.dump_max_ms = 0;
-      sim.load_min_ms = sim.load_max_ms = 0;
+      backend_cfg.sim.dump_min_ms = backend_cfg.sim.dump_max_ms = 0;
+      backend_cfg.sim.load_min_ms = backend_cfg.sim.load_max_ms = 0;
     }
-    auto b = backends::make_backend(m.backend, m.name, sim);
+    auto b = backends::make_backend(m.name, backend_cfg);
     if (!b)
       return unexpected(fmt::format("model '{}': backend '{}' failed to load: {} ({})", m.name,
-                                    m.backend, b.error().message,
+                                    m.backend.kind, b.error().message,
                                     backends::to_string(b.error().code)));
     if (auto r = shared_store->register_model(i, m.store_floor_bytes, m.store_cap_bytes); !r)
       return unexpected(fmt::format("model '{}': snapshot store: {}", m.name, r.error().message));
@@ -88,7 +88,7 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
     const auto& info = e.info;
     log->info("model '{}' loaded on backend '{}': {} slots, max context {}, prefill chunk {}, "
               "vocab {}, snapshot {} MiB ({}), transfer overlaps compute: {}",
-              m.name, m.backend, info.slots, info.max_context, info.max_prefill_chunk,
+              m.name, m.backend.kind, info.slots, info.max_context, info.max_prefill_chunk,
               info.vocab_size, info.snapshot_bytes >> 20, backends::to_string(info.caps.extent),
               info.caps.transfer_overlaps_compute ? "yes" : "no");
     scheduler_setup setup;
@@ -105,7 +105,7 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
     e.scheduler = spawn_scheduler(sys, std::move(setup));
     self->models_.push_back(std::move(e));
   }
-  daemon::logging::get("store")->info("snapshot store: {} MiB limit, committed on use",
+  logging::get("store")->info("snapshot store: {} MiB limit, committed on use",
                                       cfg.store.max_bytes >> 20);
   return self;
 }
@@ -227,7 +227,7 @@ std::string engine::stuck_call(std::chrono::nanoseconds limit) const {
   return {};
 }
 
-bool engine::update_policy(const daemon::scheduler_section& policy,
+bool engine::update_policy(const actors::scheduler_policy& policy,
                            std::chrono::milliseconds timeout) {
   bool ok = true;
   caf::scoped_actor self{sys_};
@@ -271,7 +271,7 @@ void engine::shutdown(std::string_view why) {
     self->request(m.scheduler, std::chrono::seconds(10), shutdown_atom::value, std::string{why})
       .receive([](bool) {},
                [&](caf::error& err) {
-                 daemon::logging::get("scheduler")
+                 logging::get("scheduler")
                    ->error("model '{}': shutdown request failed: {}", m.name, caf::to_string(err));
                });
     self->send_exit(m.scheduler, caf::exit_reason::user_shutdown);

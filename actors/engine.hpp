@@ -13,10 +13,10 @@
 // and the destructor run on the owner's thread; after shutdown() every
 // submit() fails with shutting_down.
 
+#include "actors/engine_config.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/token_stream.hpp"
 #include "common/expected.hpp"
-#include "daemon/config.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -79,7 +79,7 @@ public:
   /// Creates the store and one backend + scheduler per model. In mode
   /// `ideal` every model must use the sim, whose transfer times are zeroed.
   static expected<std::unique_ptr<engine>, std::string> create(caf::actor_system& sys,
-                                                               const daemon::config& cfg,
+                                                               const engine_config& cfg,
                                                                scheduler_observer observer = {},
                                                                completion_hook on_complete = {});
   ~engine();
@@ -105,7 +105,7 @@ public:
 
   /// Applies new scheduler knobs to every model (the mode stays). Returns
   /// false if a scheduler did not confirm within `timeout`.
-  bool update_policy(const daemon::scheduler_section& policy,
+  bool update_policy(const actors::scheduler_policy& policy,
                      std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   /// Describes the first backend call that has been running longer than

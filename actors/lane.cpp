@@ -1,6 +1,6 @@
 #include "actors/lane.hpp"
 
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
@@ -85,9 +85,9 @@ lane_actor::behavior_type lane_behavior(lane_impl self, std::string name,
     try {
       std::rethrow_exception(e);
     } catch (const std::exception& x) {
-      daemon::logging::get("scheduler")->critical("lane {}: {}", self->state.lane_name, x.what());
+      logging::get("scheduler")->critical("lane {}: {}", self->state.lane_name, x.what());
     } catch (...) {
-      daemon::logging::get("scheduler")->critical("lane {}: unknown exception", self->state.lane_name);
+      logging::get("scheduler")->critical("lane {}: unknown exception", self->state.lane_name);
     }
     return caf::sec::runtime_error;
   });

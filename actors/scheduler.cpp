@@ -2,7 +2,7 @@
 
 #include "actors/cost_model.hpp"
 #include "actors/lane.hpp"
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
@@ -16,7 +16,7 @@ namespace kvlane::actors {
 namespace {
 
 using clock = std::chrono::steady_clock;
-using daemon::scheduler_mode;
+using actors::scheduler_mode;
 
 constexpr std::uint32_t max_step_failures = 3;
 
@@ -802,8 +802,8 @@ std::string_view to_string(seq_phase p) noexcept {
 namespace {
 
 // Knobs that may change while sequences run (kvlane reload).
-void apply_policy(scheduler_state& st, const daemon::scheduler_section& p) {
-  st.quantum = std::max(1u, p.quantum_tokens);
+void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
+  st.quantum = std::max(1u, p.quantum_steps);
   st.levels = std::max(1u, p.levels);
   st.max_step_tokens = p.max_step_tokens;
   st.aging_steps = p.aging_steps;
@@ -813,7 +813,7 @@ void apply_policy(scheduler_state& st, const daemon::scheduler_section& p) {
 
 caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   auto& st = self->state;
-  st.log = daemon::logging::get("scheduler");
+  st.log = logging::get("scheduler");
   st.info = setup.backend->info();
   st.mode = setup.policy.mode;
   st.slot_owner.assign(st.info.slots, std::nullopt);
@@ -847,7 +847,7 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
     [self](stats_atom) -> scheduler_stats_ptr {
       return std::make_shared<const scheduler_stats>(scheduler_logic{self}.snapshot_stats());
     },
-    [self](policy_atom, daemon::scheduler_section p) -> bool {
+    [self](policy_atom, actors::scheduler_policy p) -> bool {
       apply_policy(self->state, p);
       self->state.log->info("model '{}': policy updated: quantum {}, levels {}, spare slots {}, "
                             "max step tokens {}, aging steps {}",

@@ -27,7 +27,7 @@
 
 #include "actors/lane.hpp"
 #include "actors/messages.hpp"
-#include "daemon/config.hpp"
+#include "actors/policy.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -59,7 +59,7 @@ struct scheduler_setup {
   std::uint32_t model_index = 0;
   std::shared_ptr<backends::backend> backend;
   std::shared_ptr<ipc::snapshot_store> store;
-  daemon::scheduler_section policy;
+  actors::scheduler_policy policy;
   scheduler_observer observer; ///< optional
   std::shared_ptr<lane_heartbeat> compute_heartbeat;  ///< required
   std::shared_ptr<lane_heartbeat> transfer_heartbeat; ///< required
@@ -68,7 +68,7 @@ struct scheduler_setup {
 /// Counters and gauges of one model's scheduler.
 struct scheduler_stats {
   std::string model;
-  daemon::scheduler_mode mode = daemon::scheduler_mode::overlap;
+  actors::scheduler_mode mode = actors::scheduler_mode::overlap;
   std::uint32_t slots = 0;
   std::uint32_t slots_busy = 0; ///< resident, loading or dumping
   std::uint32_t resident = 0, waiting = 0, parked = 0, loading = 0, dumping = 0;
@@ -122,4 +122,4 @@ using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::scheduler_stats_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::sequence_list_ptr)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::daemon::scheduler_section)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::scheduler_policy)

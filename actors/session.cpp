@@ -1,6 +1,6 @@
 #include "actors/session.hpp"
 
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
@@ -35,9 +35,9 @@ caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
     try {
       std::rethrow_exception(e);
     } catch (const std::exception& x) {
-      daemon::logging::get("scheduler")->error("session: {}", x.what());
+      logging::get("scheduler")->error("session: {}", x.what());
     } catch (...) {
-      daemon::logging::get("scheduler")->error("session: unknown exception");
+      logging::get("scheduler")->error("session: unknown exception");
     }
     return caf::sec::runtime_error;
   });

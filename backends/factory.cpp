@@ -4,16 +4,16 @@
 
 namespace kvlane::backends {
 
-expected<std::unique_ptr<backend>, backend_error>
-make_backend(std::string_view kind, std::string model_name, const sim_options& sim) {
-  if (kind == "sim") {
-    auto made = sim_backend::create(std::move(model_name), sim);
+expected<std::unique_ptr<backend>, backend_error> make_backend(std::string model_name,
+                                                               const backend_config& cfg) {
+  if (cfg.kind == "sim") {
+    auto made = sim_backend::create(std::move(model_name), cfg.sim);
     if (!made)
       return unexpected(std::move(made).error());
     return std::unique_ptr<backend>(std::move(*made));
   }
   return unexpected(backend_error{backend_errc::invalid_argument,
-                                  "unknown backend '" + std::string(kind) + "' (known: sim)"});
+                                  "unknown backend '" + cfg.kind + "' (known: sim)"});
 }
 
 } // namespace kvlane::backends

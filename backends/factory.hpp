@@ -3,11 +3,11 @@
 // kvlane::backends::make_backend — builds a backend from its configured kind.
 //
 // Problem it solves: the daemon and the tools pick a backend by name from the
-// config ([model] backend = "sim") without knowing the implementations. A new
+// config ([[model]] backend = "sim", options in [model.sim]) without knowing the implementations. A new
 // device adds one branch here (guarded by its build option).
 
 #include "backends/backend.hpp"
-#include "backends/sim_options.hpp"
+#include "backends/backend_config.hpp"
 #include "common/expected.hpp"
 
 #include <memory>
@@ -16,9 +16,9 @@
 
 namespace kvlane::backends {
 
-/// "sim" → sim_backend::create(model_name, sim). Any other kind is an
+/// "sim" → sim_backend::create(model_name, cfg.sim). Any other kind is an
 /// invalid_argument error naming it and the known kinds.
-expected<std::unique_ptr<backend>, backend_error>
-make_backend(std::string_view kind, std::string model_name, const sim_options& sim);
+expected<std::unique_ptr<backend>, backend_error> make_backend(std::string model_name,
+                                                               const backend_config& cfg);
 
 } // namespace kvlane::backends

@@ -1,10 +1,11 @@
 #pragma once
 
-// Options of the simulated NPU. Every number of its timing model is a config
-// key ([model.sim] in kvlane.toml); defaults follow NPU.md (Llama-3.2-1B on
-// ARIES, Batch16 build).
+// Options of the simulated NPU and their parser. Every number of its timing
+// model is a config key ([model.sim] in kvlane.toml); defaults follow NPU.md
+// (Llama-3.2-1B on ARIES, Batch16 build).
 
 #include "backends/backend.hpp"
+#include "common/config_reader.hpp"
 
 #include <cstdint>
 
@@ -53,5 +54,10 @@ struct sim_options {
 
   friend bool operator==(const sim_options&, const sim_options&) = default;
 };
+
+/// Reads [model.sim] of one [[model]] table (`model`) into `out`, which holds
+/// the defaults; absent keys keep them. Errors name the key and its line.
+config_reader::status parse_sim_options(const config_reader::reporter& r,
+                                        const config_reader::section& model, sim_options& out);
 
 } // namespace kvlane::backends

@@ -1,6 +1,6 @@
 #include "daemon/admin_server.hpp"
 
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 
 #include <cerrno>
 #include <cstring>

@@ -3,7 +3,7 @@
 #include "actors/engine.hpp"
 #include "daemon/admin_server.hpp"
 #include "daemon/gateway.hpp"
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/metrics_http.hpp"
 
@@ -395,7 +395,7 @@ reload_report app::reload() {
   knobs.mode = now.scheduler.mode;
   if (knobs != now.scheduler) {
     if (engine_->update_policy(knobs)) {
-      r.applied.push_back("scheduler (quantum_tokens, levels, spare_slots, max_step_tokens, "
+      r.applied.push_back("scheduler (quantum_steps, levels, spare_slots, max_step_tokens, "
                           "aging_steps, ewma_alpha)");
       now.scheduler = knobs;
     } else {

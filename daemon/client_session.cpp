@@ -1,7 +1,7 @@
 #include "daemon/client_session.hpp"
 
 #include "actors/engine.hpp"
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 
 #include <algorithm>
 #include <cerrno>

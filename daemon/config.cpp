@@ -1,5 +1,7 @@
 #include "daemon/config.hpp"
 
+#include "common/config_reader.hpp"
+
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
@@ -16,51 +18,22 @@
 #include <tuple>
 #include <utility>
 
-// Returns the error of a failed status from the enclosing function.
-#define KVLANE_CONFIG_TRY(...)                                                                    \
-  do {                                                                                            \
-    if (auto status_ = (__VA_ARGS__); !status_)                                                   \
-      return ::kvlane::unexpected(std::move(status_.error()));                                    \
-  } while (false)
-
 namespace kvlane::daemon {
 
 namespace {
 
-using backends::backend_errc;
-using backends::fault_spec;
-using backends::sim_options;
-using backends::snapshot_extent;
-using backends::transfer_overlap;
-using status = expected<void, config_error>;
+using namespace config_reader;
 
-constexpr std::uint64_t kib = 1ull << 10;
-constexpr std::uint64_t mib = 1ull << 20;
-constexpr std::uint64_t tib = 1ull << 40;
+using actors::scheduler_mode;
 
-template <class E>
-struct choice {
-  std::string_view name;
-  E value;
-};
-
-constexpr choice<scheduler_mode> scheduler_modes[] = {
-  {"fcfs", scheduler_mode::fcfs},
-  {"sync", scheduler_mode::sync},
-  {"overlap", scheduler_mode::overlap},
-  {"ideal", scheduler_mode::ideal},
-};
-
-constexpr choice<transfer_overlap> overlap_modes[] = {
-  {"full", transfer_overlap::full},
-  {"none", transfer_overlap::none},
-  {"shared", transfer_overlap::shared},
-};
-
-constexpr choice<snapshot_extent> snapshot_extents[] = {
-  {"full", snapshot_extent::full_slot},
-  {"used", snapshot_extent::used_length},
-};
+// Built from actors::to_string so that config names and reported names agree.
+std::vector<choice<scheduler_mode>> scheduler_modes() {
+  std::vector<choice<scheduler_mode>> out;
+  for (auto m : {scheduler_mode::fcfs, scheduler_mode::sync, scheduler_mode::overlap,
+                 scheduler_mode::ideal})
+    out.push_back({actors::to_string(m), m});
+  return out;
+}
 
 // Stored as written; each is a level name spdlog::level::from_str() accepts.
 constexpr choice<std::string_view> log_level_names[] = {
@@ -68,279 +41,6 @@ constexpr choice<std::string_view> log_level_names[] = {
   {"error", "error"}, {"critical", "critical"}, {"off", "off"},
 };
 
-constexpr std::string_view known_backends[] = {"sim"};
-
-// Built by probing backends::to_string(backend_errc) so that the accepted names
-// cannot drift from the names the backend reports in its errors.
-std::vector<choice<backend_errc>> fault_codes() {
-  std::vector<choice<backend_errc>> out;
-  for (unsigned v = 0; v <= std::numeric_limits<std::uint8_t>::max(); ++v) {
-    const auto code = static_cast<backend_errc>(v);
-    if (const auto name = backends::to_string(code); name != "unknown")
-      out.push_back({name, code});
-  }
-  return out;
-}
-
-std::uint32_t line_of(const toml::node& n) {
-  return n.source().begin.line;
-}
-
-std::string_view type_name(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::none: return "nothing";
-    case toml::node_type::table: return "table";
-    case toml::node_type::array: return "array";
-    case toml::node_type::string: return "string";
-    case toml::node_type::integer: return "integer";
-    case toml::node_type::floating_point: return "float";
-    case toml::node_type::boolean: return "boolean";
-    case toml::node_type::date: return "date";
-    case toml::node_type::time: return "time";
-    case toml::node_type::date_time: return "date-time";
-  }
-  return "unknown";
-}
-
-std::string quoted(std::string_view s) {
-  return fmt::format("{:?}", s);
-}
-
-/// "64MiB" when the value is a whole number of a binary unit, else plain bytes.
-std::string format_bytes(std::uint64_t v) {
-  constexpr std::pair<std::uint64_t, std::string_view> units[] = {
-    {tib, "TiB"}, {1ull << 30, "GiB"}, {mib, "MiB"}, {kib, "KiB"}};
-  for (const auto& [size, name] : units)
-    if (v != 0 && v % size == 0)
-      return fmt::format("{}{}", v / size, name);
-  return fmt::format("{}", v);
-}
-
-template <class E>
-std::string list_names(std::span<const choice<E>> choices) {
-  std::string out;
-  for (const auto& c : choices)
-    out += (out.empty() ? "" : ", ") + quoted(c.name);
-  return out;
-}
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j)
-    row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-/// Builds errors that start with "<source>:<line>: ".
-class reporter {
-public:
-  explicit reporter(std::string_view source) : source_(source) {}
-
-  config_error error(std::string key, std::uint32_t line, std::string_view body) const {
-    std::string message = line != 0 ? fmt::format("{}:{}: {}", source_, line, body)
-                                    : fmt::format("{}: {}", source_, body);
-    return config_error{std::move(key), line, std::move(message)};
-  }
-
-  /// "<source>:<line>: <key>: <what>"
-  config_error bad_value(std::string key, std::uint32_t line, std::string_view what) const {
-    auto body = fmt::format("{}: {}", key, what);
-    return error(std::move(key), line, body);
-  }
-
-  config_error wrong_type(std::string key, const toml::node& n, std::string_view expected) const {
-    return bad_value(std::move(key), line_of(n),
-                     fmt::format("expected {}, got {}", expected, type_name(n)));
-  }
-
-private:
-  std::string_view source_;
-};
-
-/// One TOML table and its dotted path in error messages ("model[0].sim").
-struct section {
-  const toml::table& table;
-  std::string path;
-
-  std::string key(std::string_view name) const {
-    return path.empty() ? std::string(name) : fmt::format("{}.{}", path, name);
-  }
-  const toml::node* find(std::string_view name) const { return table.get(name); }
-  std::uint32_t line() const { return line_of(table); }
-  /// Line of `name` if present, else of the table (for checks on defaulted keys).
-  std::uint32_t line(std::string_view name) const {
-    const auto* n = find(name);
-    return n != nullptr ? line_of(*n) : line();
-  }
-};
-
-/// Rejects keys of `s` that are not in `known`; reports the first by line.
-status check_keys(const reporter& r, const section& s, std::initializer_list<std::string_view> known) {
-  const toml::key* first = nullptr;
-  std::uint32_t first_line = 0;
-  for (auto&& [k, v] : s.table) {
-    if (std::find(known.begin(), known.end(), k.str()) != known.end())
-      continue;
-    const std::uint32_t line = k.source().begin.line != 0 ? k.source().begin.line : line_of(v);
-    if (first == nullptr || line < first_line) {
-      first = &k;
-      first_line = line;
-    }
-  }
-  if (first == nullptr)
-    return {};
-  auto key = s.key(first->str());
-  auto body = fmt::format("unknown key '{}'", key);
-  const auto best = std::min_element(known.begin(), known.end(), [&](auto a, auto b) {
-    return edit_distance(first->str(), a) < edit_distance(first->str(), b);
-  });
-  if (best != known.end() && edit_distance(first->str(), *best) <= 2)
-    body += fmt::format(" (did you mean '{}'?)", *best);
-  return unexpected(r.error(std::move(key), first_line, body));
-}
-
-/// The sub-table `name` of `s`, or nullptr when absent.
-expected<const toml::table*, config_error> find_table(const reporter& r, const section& s,
-                                                      std::string_view name) {
-  const auto* n = s.find(name);
-  if (n == nullptr)
-    return static_cast<const toml::table*>(nullptr);
-  if (!n->is_table())
-    return unexpected(r.wrong_type(s.key(name), *n, "table"));
-  return n->as_table();
-}
-
-template <class T>
-status read_int(const reporter& r, const section& s, std::string_view name, T& out,
-                std::int64_t lo, std::int64_t hi) {
-  const auto* n = s.find(name);
-  if (n == nullptr)
-    return {};
-  const auto* v = n->as_integer();
-  if (v == nullptr)
-    return unexpected(r.wrong_type(s.key(name), *n, "integer"));
-  const std::int64_t x = v->get();
-  if (x < lo || x > hi)
-    return unexpected(r.bad_value(s.key(name), line_of(*n),
-                                  fmt::format("must be between {} and {} (got {})", lo, hi, x)));
-  out = static_cast<T>(x);
-  return {};
-}
-
-struct real_range {
-  double lo;
-  bool lo_open;
-  double hi; ///< infinity = unbounded (the value must still be finite)
-  bool hi_open;
-
-  bool contains(double x) const {
-    return std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
-  }
-  std::string describe() const {
-    if (std::isinf(hi))
-      return fmt::format("a finite number {} {}", lo_open ? ">" : ">=", lo);
-    if (!lo_open && !hi_open)
-      return fmt::format("between {} and {}", lo, hi);
-    return fmt::format("{} {} and {} {}", lo_open ? ">" : ">=", lo, hi_open ? "<" : "<=", hi);
-  }
-};
-
-constexpr real_range non_negative{0.0, false, std::numeric_limits<double>::infinity(), false};
-constexpr real_range unit_interval{0.0, false, 1.0, false};
-
-/// Reads a float; integers are accepted too (`time_scale = 100`).
-status read_real(const reporter& r, const section& s, std::string_view name, double& out,
-                 real_range range) {
-  const auto* n = s.find(name);
-  if (n == nullptr)
-    return {};
-  double x = 0.0;
-  if (const auto* f = n->as_floating_point())
-    x = f->get();
-  else if (const auto* i = n->as_integer())
-    x = static_cast<double>(i->get());
-  else
-    return unexpected(r.wrong_type(s.key(name), *n, "number"));
-  if (!range.contains(x))
-    return unexpected(r.bad_value(s.key(name), line_of(*n),
-                                  fmt::format("must be {} (got {})", range.describe(), x)));
-  out = x;
-  return {};
-}
-
-status read_string(const reporter& r, const section& s, std::string_view name, std::string& out) {
-  const auto* n = s.find(name);
-  if (n == nullptr)
-    return {};
-  const auto* v = n->as_string();
-  if (v == nullptr)
-    return unexpected(r.wrong_type(s.key(name), *n, "string"));
-  out = v->get();
-  return {};
-}
-
-template <class Out, class E>
-status read_choice(const reporter& r, const section& s, std::string_view name, Out& out,
-                   std::span<const choice<E>> choices) {
-  if (s.find(name) == nullptr)
-    return {};
-  std::string text;
-  KVLANE_CONFIG_TRY(read_string(r, s, name, text));
-  for (const auto& c : choices) {
-    if (c.name == text) {
-      out = c.value;
-      return {};
-    }
-  }
-  return unexpected(r.bad_value(s.key(name), s.line(name),
-                                fmt::format("must be one of {} (got {})", list_names(choices),
-                                            quoted(text))));
-}
-
-/// Reads a byte size: a non-negative integer or a string such as "64MiB".
-status read_bytes(const reporter& r, const section& s, std::string_view name, std::uint64_t& out,
-                  std::uint64_t lo, std::uint64_t hi) {
-  const auto* n = s.find(name);
-  if (n == nullptr)
-    return {};
-  std::uint64_t x = 0;
-  bool written_as_string = false;
-  if (const auto* i = n->as_integer()) {
-    if (i->get() < 0)
-      return unexpected(r.bad_value(
-        s.key(name), line_of(*n),
-        fmt::format("must be between {} and {} (got {})", format_bytes(lo), format_bytes(hi), i->get())));
-    x = static_cast<std::uint64_t>(i->get());
-  } else if (const auto* str = n->as_string()) {
-    const auto parsed = parse_byte_size(str->get());
-    if (!parsed)
-      return unexpected(r.bad_value(
-        s.key(name), line_of(*n),
-        fmt::format("expected a byte size such as \"64MiB\", \"8 GiB\", \"1GB\" or an integer "
-                    "(got {})",
-                    quoted(str->get()))));
-    x = *parsed;
-    written_as_string = true;
-  } else {
-    return unexpected(r.wrong_type(s.key(name), *n, "integer or byte-size string"));
-  }
-  if (x < lo || x > hi)
-    return unexpected(r.bad_value(s.key(name), line_of(*n),
-                                  fmt::format("must be between {} and {} (got {})",
-                                              format_bytes(lo), format_bytes(hi),
-                                              written_as_string ? format_bytes(x) : std::to_string(x))));
-  out = x;
-  return {};
-}
 
 bool valid_model_name(std::string_view name) {
   if (name.empty() || name.size() > 64)
@@ -397,101 +97,14 @@ status parse_daemon(const reporter& r, const section& root, daemon_section& out)
   return {};
 }
 
-status parse_fault(const reporter& r, const section& faults, std::string_view op, fault_spec& out,
-                   std::span<const choice<backend_errc>> codes) {
-  auto table = find_table(r, faults, op);
-  if (!table)
-    return unexpected(std::move(table.error()));
-  if (*table == nullptr)
-    return {};
-  const section s{**table, faults.key(op)};
-  KVLANE_CONFIG_TRY(check_keys(r, s, {"fail_nth", "fail_rate", "code"}));
-  KVLANE_CONFIG_TRY(
-    read_int(r, s, "fail_nth", out.fail_nth, 0, std::numeric_limits<std::int64_t>::max()));
-  KVLANE_CONFIG_TRY(read_real(r, s, "fail_rate", out.fail_rate, unit_interval));
-  KVLANE_CONFIG_TRY(read_choice(r, s, "code", out.code, codes));
-  return {};
-}
 
-/// min <= max for a [min, max] timing pair; the error names the max key.
-status check_min_max(const reporter& r, const section& s, std::string_view min_name, double min,
-                     std::string_view max_name, double max) {
-  if (min <= max)
-    return {};
-  return unexpected(r.bad_value(s.key(max_name), s.line(max_name),
-                                fmt::format("must be >= {} ({}) (got {}{})", min_name, min,
-                                            s.find(max_name) != nullptr ? "" : "the default, ", max)));
-}
 
-status parse_sim(const reporter& r, const section& model, sim_options& out) {
-  auto table = find_table(r, model, "sim");
-  if (!table)
-    return unexpected(std::move(table.error()));
-  if (*table == nullptr)
-    return {};
-  const section s{**table, model.key("sim")};
-  KVLANE_CONFIG_TRY(check_keys(
-    r, s,
-    {"slots", "max_context", "max_prefill_chunk", "snapshot_bytes", "snapshot", "step_base_ms",
-     "step_per_token_ms", "dump_min_ms", "dump_max_ms", "load_min_ms", "load_max_ms", "time_scale",
-     "overlap", "seed", "eos_rate", "faults"}));
-
-  KVLANE_CONFIG_TRY(read_int(r, s, "slots", out.slots, 1, 1024));
-  KVLANE_CONFIG_TRY(read_int(r, s, "max_context", out.max_context, 1, 1'048'576));
-  if (s.find("max_prefill_chunk") != nullptr) {
-    KVLANE_CONFIG_TRY(read_int(r, s, "max_prefill_chunk", out.max_prefill_chunk, 1, out.max_context));
-  } else if (out.max_prefill_chunk > out.max_context) {
-    return unexpected(r.bad_value(
-      s.key("max_prefill_chunk"), s.line(),
-      fmt::format("must be between 1 and max_context ({}) (got the default, {}); set it explicitly",
-                  out.max_context, out.max_prefill_chunk)));
-  }
-
-  KVLANE_CONFIG_TRY(read_bytes(r, s, "snapshot_bytes", out.snapshot_bytes, 4 * kib, tib));
-  if (out.snapshot_bytes % out.max_context != 0) {
-    const std::uint64_t below = out.snapshot_bytes / out.max_context * out.max_context;
-    const std::uint64_t above = below + out.max_context;
-    const bool set = s.find("snapshot_bytes") != nullptr;
-    return unexpected(r.bad_value(
-      s.key("snapshot_bytes"), s.line("snapshot_bytes"),
-      fmt::format("must be a multiple of max_context ({}) so that bytes per token is a whole "
-                  "number (got {}{}; nearest valid: {} or {})",
-                  out.max_context, out.snapshot_bytes, set ? "" : ", the default", below, above)));
-  }
-  KVLANE_CONFIG_TRY(read_choice(r, s, "snapshot", out.extent,
-                                std::span<const choice<snapshot_extent>>(snapshot_extents)));
-
-  KVLANE_CONFIG_TRY(read_real(r, s, "step_base_ms", out.step_base_ms, non_negative));
-  KVLANE_CONFIG_TRY(read_real(r, s, "step_per_token_ms", out.step_per_token_ms, non_negative));
-  KVLANE_CONFIG_TRY(read_real(r, s, "dump_min_ms", out.dump_min_ms, non_negative));
-  KVLANE_CONFIG_TRY(read_real(r, s, "dump_max_ms", out.dump_max_ms, non_negative));
-  KVLANE_CONFIG_TRY(check_min_max(r, s, "dump_min_ms", out.dump_min_ms, "dump_max_ms", out.dump_max_ms));
-  KVLANE_CONFIG_TRY(read_real(r, s, "load_min_ms", out.load_min_ms, non_negative));
-  KVLANE_CONFIG_TRY(read_real(r, s, "load_max_ms", out.load_max_ms, non_negative));
-  KVLANE_CONFIG_TRY(check_min_max(r, s, "load_min_ms", out.load_min_ms, "load_max_ms", out.load_max_ms));
-  KVLANE_CONFIG_TRY(read_real(r, s, "time_scale", out.time_scale, {0.0, true, 1e6, false}));
-  KVLANE_CONFIG_TRY(read_choice(r, s, "overlap", out.overlap,
-                                std::span<const choice<transfer_overlap>>(overlap_modes)));
-  KVLANE_CONFIG_TRY(read_int(r, s, "seed", out.seed, 0, std::numeric_limits<std::int64_t>::max()));
-  KVLANE_CONFIG_TRY(read_real(r, s, "eos_rate", out.eos_rate, unit_interval));
-
-  auto faults = find_table(r, s, "faults");
-  if (!faults)
-    return unexpected(std::move(faults.error()));
-  if (*faults != nullptr) {
-    const section fs{**faults, s.key("faults")};
-    KVLANE_CONFIG_TRY(check_keys(r, fs, {"step", "dump", "load"}));
-    const auto codes = fault_codes();
-    KVLANE_CONFIG_TRY(parse_fault(r, fs, "step", out.step_faults, codes));
-    KVLANE_CONFIG_TRY(parse_fault(r, fs, "dump", out.dump_faults, codes));
-    KVLANE_CONFIG_TRY(parse_fault(r, fs, "load", out.load_faults, codes));
-  }
-  return {};
-}
 
 status parse_model(const reporter& r, const section& s, model_section& out) {
-  KVLANE_CONFIG_TRY(
-    check_keys(r, s, {"name", "backend", "store_floor_bytes", "store_cap_bytes", "sim"}));
+  std::vector<std::string_view> known{"name", "store_floor_bytes", "store_cap_bytes"};
+  const auto backend_keys = backends::backend_model_keys();
+  known.insert(known.end(), backend_keys.begin(), backend_keys.end());
+  KVLANE_CONFIG_TRY(check_keys(r, s, known));
 
   if (s.find("name") == nullptr)
     return unexpected(r.bad_value(s.key("name"), s.line(), "required key is missing"));
@@ -500,18 +113,7 @@ status parse_model(const reporter& r, const section& s, model_section& out) {
     return unexpected(r.bad_value(
       s.key("name"), s.line("name"),
       fmt::format("must be 1 to 64 characters from A-Z a-z 0-9 . _ - (got {})", quoted(out.name))));
-
-  KVLANE_CONFIG_TRY(read_string(r, s, "backend", out.backend));
-  if (std::find(std::begin(known_backends), std::end(known_backends), out.backend)
-      == std::end(known_backends)) {
-    std::string known;
-    for (auto b : known_backends)
-      known += (known.empty() ? "" : ", ") + quoted(b);
-    return unexpected(r.bad_value(
-      s.key("backend"), s.line("backend"),
-      fmt::format("unknown backend {} (known backends: {})", quoted(out.backend), known)));
-  }
-  KVLANE_CONFIG_TRY(parse_sim(r, s, out.sim));
+  KVLANE_CONFIG_TRY(backends::parse_backend_config(r, s, out.backend));
 
   constexpr std::uint64_t store_limit = 1ull << 44;
   KVLANE_CONFIG_TRY(read_bytes(r, s, "store_floor_bytes", out.store_floor_bytes, 0, store_limit));
@@ -555,7 +157,7 @@ status parse_models(const reporter& r, const section& root, std::vector<model_se
   return {};
 }
 
-status parse_scheduler(const reporter& r, const section& root, scheduler_section& out) {
+status parse_scheduler(const reporter& r, const section& root, actors::scheduler_policy& out) {
   auto table = find_table(r, root, "scheduler");
   if (!table)
     return unexpected(std::move(table.error()));
@@ -563,19 +165,26 @@ status parse_scheduler(const reporter& r, const section& root, scheduler_section
     return {};
   const section s{**table, "scheduler"};
   KVLANE_CONFIG_TRY(check_keys(r, s,
-                               {"mode", "quantum_tokens", "levels", "spare_slots", "max_step_tokens",
-                                "aging_steps", "ewma_alpha"}));
-  KVLANE_CONFIG_TRY(read_choice(r, s, "mode", out.mode,
-                                std::span<const choice<scheduler_mode>>(scheduler_modes)));
-  KVLANE_CONFIG_TRY(read_int(r, s, "quantum_tokens", out.quantum_tokens, 1, 1'000'000));
+                               {"mode", "quantum_steps", "quantum_tokens", "levels", "spare_slots",
+                                "max_step_tokens", "aging_steps", "ewma_alpha"}));
+  const auto modes = scheduler_modes();
+  KVLANE_CONFIG_TRY(read_choice(r, s, "mode", out.mode, std::span<const choice<scheduler_mode>>(modes)));
+  // quantum_tokens is the former name of quantum_steps (it always counted steps), still accepted.
+  if (s.find("quantum_steps") != nullptr && s.find("quantum_tokens") != nullptr)
+    return unexpected(r.bad_value(
+      s.key("quantum_tokens"), s.line("quantum_tokens"),
+      "is the former name of quantum_steps: set only one of them (quantum_steps preferred)"));
+  const std::string_view quantum_key = s.find("quantum_tokens") != nullptr ? "quantum_tokens"
+                                                                           : "quantum_steps";
+  KVLANE_CONFIG_TRY(read_int(r, s, quantum_key, out.quantum_steps, 1, 1'000'000));
   KVLANE_CONFIG_TRY(read_int(r, s, "levels", out.levels, 1, 16));
-  // The top level's quantum, quantum_tokens * 2^(levels - 1), must fit the scheduler's uint32.
-  const std::uint64_t top_quantum = std::uint64_t{out.quantum_tokens} << (out.levels - 1);
+  // The top level's quantum, quantum_steps * 2^(levels - 1), must fit the scheduler's uint32.
+  const std::uint64_t top_quantum = std::uint64_t{out.quantum_steps} << (out.levels - 1);
   if (top_quantum > std::numeric_limits<std::uint32_t>::max())
     return unexpected(r.bad_value(
       s.key("levels"), s.line("levels"),
-      fmt::format("quantum_tokens * 2^(levels - 1) must be at most {} (got {} * 2^{} = {})",
-                  std::numeric_limits<std::uint32_t>::max(), out.quantum_tokens, out.levels - 1,
+      fmt::format("{} * 2^(levels - 1) must be at most {} (got {} * 2^{} = {})", quantum_key,
+                  std::numeric_limits<std::uint32_t>::max(), out.quantum_steps, out.levels - 1,
                   top_quantum)));
   KVLANE_CONFIG_TRY(read_int(r, s, "spare_slots", out.spare_slots, 0, 64));
   KVLANE_CONFIG_TRY(read_int(r, s, "max_step_tokens", out.max_step_tokens, 0, 1'048'576));
@@ -789,47 +398,6 @@ std::optional<listen_address> parse_listen(std::string_view text) {
   else
     return std::nullopt;
   return out;
-}
-
-std::string_view to_string(scheduler_mode m) noexcept {
-  for (const auto& c : scheduler_modes)
-    if (c.value == m)
-      return c.name;
-  return "unknown";
-}
-
-std::optional<std::uint64_t> parse_byte_size(std::string_view text) noexcept {
-  constexpr std::pair<std::string_view, std::uint64_t> units[] = {
-    {"B", 1},
-    {"KiB", kib},           {"MiB", mib},       {"GiB", 1ull << 30},   {"TiB", tib},
-    {"kB", 1'000},          {"KB", 1'000},      {"MB", 1'000'000},     {"GB", 1'000'000'000},
-    {"TB", 1'000'000'000'000},
-  };
-  constexpr auto max = std::numeric_limits<std::uint64_t>::max();
-
-  std::size_t i = 0;
-  std::uint64_t n = 0;
-  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
-    const auto digit = static_cast<std::uint64_t>(text[i] - '0');
-    if (n > (max - digit) / 10)
-      return std::nullopt;
-    n = n * 10 + digit;
-  }
-  if (i == 0)
-    return std::nullopt;
-  auto unit = text.substr(i);
-  if (unit.empty())
-    return n;
-  if (unit.front() == ' ')
-    unit.remove_prefix(1);
-  for (const auto& [name, factor] : units) {
-    if (unit == name) {
-      if (n > max / factor)
-        return std::nullopt;
-      return n * factor;
-    }
-  }
-  return std::nullopt;
 }
 
 expected<config, config_error> parse(std::string_view toml_text, std::string_view source_name) {

@@ -7,7 +7,8 @@
 // `version = 1` is required; unknown keys, wrong types and out-of-range values
 // are errors naming the key and its line.
 
-#include "backends/sim_options.hpp"
+#include "actors/engine_config.hpp"
+#include "common/config_reader.hpp"
 #include "common/expected.hpp"
 
 #include <chrono>
@@ -19,9 +20,6 @@
 #include <vector>
 
 namespace kvlane::daemon {
-
-enum class scheduler_mode : std::uint8_t { fcfs, sync, overlap, ideal };
-std::string_view to_string(scheduler_mode m) noexcept;
 
 struct daemon_section {
   /// Sockets and runtime files. Empty = $RUNTIME_DIRECTORY, else /run/kvlane
@@ -37,27 +35,8 @@ struct daemon_section {
   friend bool operator==(const daemon_section&, const daemon_section&) = default;
 };
 
-struct model_section {
-  std::string name;
-  std::string backend = "sim";
-  backends::sim_options sim; ///< [model.sim], used when backend = "sim"
-  std::uint64_t store_floor_bytes = 0; ///< snapshot store bytes reserved for this model
-  std::uint64_t store_cap_bytes = 0;   ///< most snapshot store bytes it may use; 0 = no cap
-
-  friend bool operator==(const model_section&, const model_section&) = default;
-};
-
-struct scheduler_section {
-  scheduler_mode mode = scheduler_mode::overlap;
-  std::uint32_t quantum_tokens = 64;  ///< steps a sequence runs at level 0 before it drops a level
-  std::uint32_t levels = 4;           ///< MLFQ levels; level i's quantum is quantum_tokens * 2^i
-  std::uint32_t spare_slots = 1;      ///< slots kept free for new interactive requests
-  std::uint32_t max_step_tokens = 512; ///< tokens per step (decodes always run; prefill fills up)
-  std::uint32_t aging_steps = 2048;   ///< steps waited before a sequence returns to level 0; 0 = never
-  double ewma_alpha = 0.2;            ///< weight of a new sample in the cost model
-
-  friend bool operator==(const scheduler_section&, const scheduler_section&) = default;
-};
+/// [[model]]: one model, its backend and its share of the snapshot store.
+using model_section = actors::model_config;
 
 /// [clients]: the client control socket, its access rules and per-client limits.
 struct clients_section {
@@ -97,36 +76,23 @@ struct metrics_section {
   friend bool operator==(const metrics_section&, const metrics_section&) = default;
 };
 
-struct store_section {
-  std::uint64_t max_bytes = 8ull << 30; ///< snapshot store limit (reserved, committed on use)
+/// [store]: the snapshot store.
+using store_section = actors::store_config;
 
-  friend bool operator==(const store_section&, const store_section&) = default;
-};
-
-struct config {
+/// The whole file: the engine's part ([[model]], [scheduler], [store]) and the
+/// daemon's own sections.
+struct config : actors::engine_config {
   daemon_section daemon;
-  std::vector<model_section> models;
-  scheduler_section scheduler;
-  store_section store;
   clients_section clients;
   admin_section admin;
   metrics_section metrics;
 };
 
-struct config_error {
-  std::string key;      ///< dotted key, e.g. "model[0].sim.slots"; empty for syntax errors
-  std::uint32_t line = 0; ///< 1-based line, 0 when unknown
-  std::string message;  ///< full human-readable message, including key and line
-};
 
 expected<config, config_error> parse(std::string_view toml_text, std::string_view source_name = "<config>");
 expected<config, config_error> load(const std::string& path);
 
-/// Parses a byte size as written in kvlane.toml: digits, then optionally one
-/// space and a unit: B, KiB, MiB, GiB, TiB (powers of 1024) or kB/KB, MB, GB,
-/// TB (powers of 1000). "64MiB", "8 GiB", "1GB", "4096". Empty on anything
-/// else (signs, fractions, other units, trailing text) and on overflow.
-std::optional<std::uint64_t> parse_byte_size(std::string_view text) noexcept;
+// parse_byte_size() (common/config_reader.hpp) reads the byte sizes written in kvlane.toml.
 
 /// A loopback listen address: "127.0.0.1:PORT", "localhost:PORT" or
 /// "[::1]:PORT" with PORT 1..65535. Empty on anything else.

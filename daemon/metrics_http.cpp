@@ -1,6 +1,6 @@
 #include "daemon/metrics_http.hpp"
 
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>

@@ -1,6 +1,6 @@
 #include "ipc/snapshot_store.hpp"
 
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 #include "ipc/checksum.hpp"
 
 #include <algorithm>
@@ -508,7 +508,7 @@ void snapshot_store::release_unlocked(const std::vector<extent>& ranges, bool re
   for (const extent& x : ranges) {
     if (auto r = arena_.release(x.offset, x.size); !r) {
       ++failures;
-      daemon::logging::get("store")->error("returning {} bytes at offset {} to the OS failed: {}",
+      logging::get("store")->error("returning {} bytes at offset {} to the OS failed: {}",
                                            x.size, x.offset, r.error().message);
     }
   }

@@ -142,15 +142,16 @@ int probe_main(int argc, char** argv) {
   if (!m)
     return fail(fmt::format("no model named '{}' in {}", *model, config_path), 64);
 
-  auto sim = m->sim;
+  auto backend_cfg = m->backend;
+  auto& sim = backend_cfg.sim;
   if (time_scale)
     sim.time_scale = *time_scale;
   if (overlap)
     sim.overlap = *overlap;
-  auto b = backends::make_backend(m->backend, m->name, sim);
+  auto b = backends::make_backend(m->name, backend_cfg);
   if (!b)
     return fail(fmt::format("model '{}': backend failed to load: {}", m->name, b.error().message));
-  opts.clock_scale = m->backend == "sim" ? sim.time_scale : 1.0;
+  opts.clock_scale = backend_cfg.kind == "sim" ? sim.time_scale : 1.0;
 
   auto report = run_probe(**b, opts, [&](std::string_view step) {
     if (!json)

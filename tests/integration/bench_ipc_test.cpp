@@ -38,10 +38,10 @@ TEST_CASE("bench ipc: ten synthetic requests complete through a kvlaned child in
   const auto reqs = ten_requests();
   ipc_run_options opts;
   opts.run.cfg = test::fast_bench_profile();
-  opts.run.time_scale = opts.run.cfg.models.front().sim.time_scale;
+  opts.run.time_scale = opts.run.cfg.models.front().backend.sim.time_scale;
   opts.run.timeout = std::chrono::seconds(30);
   opts.kvlaned_path = KVLANED_PATH;
-  auto r = run_mode_ipc(opts, daemon::scheduler_mode::overlap, reqs);
+  auto r = run_mode_ipc(opts, actors::scheduler_mode::overlap, reqs);
   REQUIRE_MESSAGE(r.has_value(), (r ? std::string{} : r.error()));
   CHECK_FALSE(r->timed_out);
   CHECK(r->store_peaks_known); // from the admin status

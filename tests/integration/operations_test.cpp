@@ -39,7 +39,7 @@ max_context = 512
 snapshot_bytes = "512KiB"
 time_scale = 20
 [scheduler]
-quantum_tokens = {}
+quantum_steps = {}
 {}
 )",
                      run_dir, log_level, quantum, extra);
@@ -336,7 +336,7 @@ TEST_CASE("operations: reload applies log level and scheduler knobs while client
   d.dir.write("kvlane.toml", ops_config(d.run_dir, "", "debug", 0));
   auto [rc, out] = d.cli({"reload"});
   CHECK(rc == 1);
-  CHECK(out.find("quantum_tokens") != std::string::npos);
+  CHECK(out.find("quantum_steps") != std::string::npos);
 
   for (auto& s : streams) {
     auto end = s->wait(30s);

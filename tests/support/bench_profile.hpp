@@ -12,14 +12,14 @@ namespace kvlane::test {
 inline daemon::config fast_bench_profile() {
   auto cfg = tools::bench::builtin_profile();
   REQUIRE(cfg.has_value());
-  auto& sim = cfg->models.front().sim;
+  auto& sim = cfg->models.front().backend.sim;
   sim.slots = 4;
   sim.max_context = 512;
   sim.max_prefill_chunk = 64;
   sim.snapshot_bytes = 512 * 64;
   sim.time_scale = 500;
   cfg->daemon.worker_threads = 2;
-  cfg->scheduler.quantum_tokens = 4;
+  cfg->scheduler.quantum_steps = 4;
   cfg->scheduler.max_step_tokens = 256;
   return std::move(*cfg);
 }

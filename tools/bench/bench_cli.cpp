@@ -1,7 +1,7 @@
 #include "tools/bench/bench_cli.hpp"
 
 #include "backends/factory.hpp"
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 #include "tools/bench/bench_runner.hpp"
 #include "tools/bench/ipc_driver.hpp"
 #include "tools/bench/plot.hpp"
@@ -49,7 +49,7 @@ what to run:
   --modes LIST            comma list of fcfs,sync,overlap,ideal (default all four;
                           --sweep-quantum: sync,overlap,ideal)
   --sweep LOADS           also run every mode at each load, e.g. 0.5,0.75,1.0,1.25
-  --sweep-quantum         halve scheduler.quantum_tokens from its configured value until
+  --sweep-quantum         halve scheduler.quantum_steps from its configured value until
                           a mode preempts >= 1 time per slot per simulated second
   --path inproc|ipc|both  inproc: an in-process engine (default); ipc: a kvlaned child
                           per mode, driven through the client library; both: each
@@ -130,8 +130,8 @@ bool parse_number(std::string_view s, T& out) {
   return !s.empty() && ec == std::errc{} && p == s.data() + s.size();
 }
 
-std::optional<daemon::scheduler_mode> parse_mode(std::string_view s) {
-  using daemon::scheduler_mode;
+std::optional<actors::scheduler_mode> parse_mode(std::string_view s) {
+  using actors::scheduler_mode;
   if (s == "fcfs")
     return scheduler_mode::fcfs;
   if (s == "sync")
@@ -377,7 +377,7 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
         return fail("--timeout needs a positive number of seconds");
     } else if (a == "--log-level") {
       auto v = value();
-      if (!v || !daemon::logging::valid_level(*v))
+      if (!v || !logging::valid_level(*v))
         return fail("--log-level needs trace, debug, info, warn, error, critical or off");
       o.log_level = *v;
     } else if (a == "--timeline") {
@@ -408,10 +408,10 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
   if (o.modes.empty())
     return fail("--modes needs at least one mode");
   if (o.sweep_quantum && !o.modes_given)
-    o.modes = {daemon::scheduler_mode::sync, daemon::scheduler_mode::overlap,
-               daemon::scheduler_mode::ideal};
+    o.modes = {actors::scheduler_mode::sync, actors::scheduler_mode::overlap,
+               actors::scheduler_mode::ideal};
   if (o.sweep_quantum)
-    std::erase(o.modes, daemon::scheduler_mode::fcfs); // fcfs has no quantum
+    std::erase(o.modes, actors::scheduler_mode::fcfs); // fcfs has no quantum
   if (o.modes.empty())
     return fail("--sweep-quantum needs a preempting mode (sync, overlap or ideal)");
   return o;
@@ -439,7 +439,7 @@ int run_bench(const bench_options& o) {
                             "build --target kvlaned) or pass --kvlaned PATH",
                             o.path == bench_path::ipc ? "ipc" : "both", kvlaned));
 
-  if (auto err = daemon::logging::setup(o.log_level, {}, daemon::logging::sink_style::terminal);
+  if (auto err = logging::setup(o.log_level, {}, logging::sink_style::terminal);
       !err.empty())
     return fail(ex_usage, err);
 
@@ -472,25 +472,25 @@ int run_bench(const bench_options& o) {
     cfg.models = {keep};
     m = &cfg.models.front();
   }
-  const bool sim = m->backend == "sim";
+  const bool sim = m->backend.kind == "sim";
   if ((o.time_scale || o.sim_overlap) && !sim)
     return fail(ex_usage, fmt::format("--time-scale and --sim-overlap apply to the sim; model "
                                       "'{}' uses backend '{}'",
-                                      m->name, m->backend));
+                                      m->name, m->backend.kind));
   if (o.time_scale)
-    m->sim.time_scale = *o.time_scale;
+    m->backend.sim.time_scale = *o.time_scale;
   if (o.sim_overlap)
-    m->sim.overlap = *o.sim_overlap;
-  if (!sim && std::find(o.modes.begin(), o.modes.end(), daemon::scheduler_mode::ideal)
+    m->backend.sim.overlap = *o.sim_overlap;
+  if (!sim && std::find(o.modes.begin(), o.modes.end(), actors::scheduler_mode::ideal)
                 != o.modes.end())
     return fail(ex_usage, fmt::format("mode 'ideal' models free transfers and needs the sim; "
                                       "model '{}' uses backend '{}': pass --modes "
                                       "fcfs,sync,overlap",
-                                      m->name, m->backend));
-  const double ts = sim ? m->sim.time_scale : 1.0;
+                                      m->name, m->backend.kind));
+  const double ts = sim ? m->backend.sim.time_scale : 1.0;
   backends::backend_info info;
   {
-    auto b = backends::make_backend(m->backend, m->name, m->sim);
+    auto b = backends::make_backend(m->name, m->backend);
     if (!b)
       return fail(ex_config, fmt::format("model '{}': backend failed to load: {}", m->name,
                                          b.error().message));
@@ -560,7 +560,7 @@ int run_bench(const bench_options& o) {
   progress_line(o, fmt::format(
     "model '{}' on {}: capacity {:.3f} req/s (NPU work {:.0f} s simulated); offered load {:.3f} "
     "over {:.0f} s simulated = {:.1f} s wall at time_scale {}",
-    m->name, m->backend, ctx.capacity_req_s, ctx.work_s, ctx.offered_load, ctx.arrival_span_s,
+    m->name, m->backend.kind, ctx.capacity_req_s, ctx.work_s, ctx.offered_load, ctx.arrival_span_s,
     ctx.arrival_span_s / ts, ts));
 
   // -- runs --------------------------------------------------------------------------
@@ -587,11 +587,11 @@ int run_bench(const bench_options& o) {
       ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.timeout_s * 1000));
       ro.progress = [&](std::string_view line) { progress_line(o, line); };
       if (run_inproc) {
-        progress_line(o, fmt::format("{}{}: running {} requests", label, daemon::to_string(mode),
+        progress_line(o, fmt::format("{}{}: running {} requests", label, actors::to_string(mode),
                                      reqs.size()));
         auto r = run_mode(ro, mode, reqs);
         if (!r)
-          return unexpected(fmt::format("mode {}: {}", daemon::to_string(mode), r.error()));
+          return unexpected(fmt::format("mode {}: {}", actors::to_string(mode), r.error()));
         auto s = summarize(*r);
         done(s, *r, "");
         out.push_back(std::move(s));
@@ -603,10 +603,10 @@ int run_bench(const bench_options& o) {
         io.log_level = o.log_level;
         io.transfers_overlap = overlaps;
         progress_line(o, fmt::format("{}{} (ipc): running {} requests through {}", label,
-                                     daemon::to_string(mode), reqs.size(), kvlaned));
+                                     actors::to_string(mode), reqs.size(), kvlaned));
         auto r = run_mode_ipc(io, mode, reqs);
         if (!r)
-          return unexpected(fmt::format("mode {} (ipc): {}", daemon::to_string(mode), r.error()));
+          return unexpected(fmt::format("mode {} (ipc): {}", actors::to_string(mode), r.error()));
         auto s = summarize(*r);
         done(s, *r, " (ipc)");
         (run_inproc && ipc_out ? *ipc_out : out).push_back(std::move(s));
@@ -617,10 +617,10 @@ int run_bench(const bench_options& o) {
 
   bench_report report;
   if (o.sweep_quantum) {
-    std::uint32_t q = std::max(1u, cfg.scheduler.quantum_tokens);
+    std::uint32_t q = std::max(1u, cfg.scheduler.quantum_steps);
     for (;;) {
       auto run_cfg = cfg;
-      run_cfg.scheduler.quantum_tokens = q;
+      run_cfg.scheduler.quantum_steps = q;
       auto modes = run_all(main_reqs, run_cfg, fmt::format("quantum {}: ", q), nullptr);
       if (!modes)
         return fail(1, modes.error());
@@ -630,7 +630,7 @@ int run_bench(const bench_options& o) {
       for (auto& s : p.modes)
         if (s.mode == "overlap")
           rate = s.preemptions_per_slot_s;
-      if (std::find(o.modes.begin(), o.modes.end(), daemon::scheduler_mode::overlap)
+      if (std::find(o.modes.begin(), o.modes.end(), actors::scheduler_mode::overlap)
           == o.modes.end())
         for (auto& s : p.modes)
           rate = std::max(rate, s.preemptions_per_slot_s);
@@ -685,7 +685,7 @@ int run_bench(const bench_options& o) {
     "\nkvlane-bench: {} requests, offered load {:.3f}, time_scale {}, sim overlap {}\n"
     "path: {}\nall times in simulated ms (wall ms x {})\n\n",
     report.ctx.requests, report.ctx.offered_load, ts,
-    sim ? backends::to_string(m->sim.overlap) : std::string_view{"n/a"}, path_desc, ts);
+    sim ? backends::to_string(m->backend.sim.overlap) : std::string_view{"n/a"}, path_desc, ts);
   // --path both: each mode's in-process column next to its ipc column.
   auto columns = report.modes;
   if (!report.ipc_modes.empty()) {
@@ -700,7 +700,7 @@ int run_bench(const bench_options& o) {
     }
   }
   if (o.sweep_quantum) {
-    text += "quantum sweep (scheduler.quantum_tokens halved until >= 1 preemption/slot/s):\n";
+    text += "quantum sweep (scheduler.quantum_steps halved until >= 1 preemption/slot/s):\n";
     text += format_quantum_sweep(report.quantum_sweep);
     text += "\n" + format_targets(report.targets);
   } else {
@@ -728,10 +728,10 @@ int run_bench(const bench_options& o) {
                                report.ctx.requests, report.ctx.offered_load);
       plot_panel a{"output tokens/s vs preemptions/s", "preemptions per simulated second",
                    "output tokens/s", false, plot_style::linespoints, {}, {}};
-      plot_panel b{"output tokens/s vs quantum", "scheduler.quantum_tokens (log)",
+      plot_panel b{"output tokens/s vs quantum", "scheduler.quantum_steps (log)",
                    "output tokens/s", true, plot_style::linespoints, {}, {}};
       for (auto mode : o.modes) {
-        plot_series sa{std::string{daemon::to_string(mode)}, {}}, sb = sa;
+        plot_series sa{std::string{actors::to_string(mode)}, {}}, sb = sa;
         for (auto& p : report.quantum_sweep)
           for (auto& s : p.modes)
             if (s.mode == sa.title) {
@@ -777,7 +777,7 @@ int run_bench(const bench_options& o) {
                       "TTFT p99, simulated ms", false, plot_style::linespoints, {}, {}};
         sw.key = "top left";
         for (auto mode : o.modes) {
-          plot_series s{std::string{daemon::to_string(mode)}, {}};
+          plot_series s{std::string{actors::to_string(mode)}, {}};
           for (auto& p : report.load_sweep)
             for (auto& x : p.modes)
               if (x.mode == s.title)

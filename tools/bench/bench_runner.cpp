@@ -83,7 +83,7 @@ std::vector<backends::token_id> synthetic_prompt(std::uint32_t index, std::uint3
   return out;
 }
 
-expected<run_result, std::string> run_mode(const run_options& opts, daemon::scheduler_mode mode,
+expected<run_result, std::string> run_mode(const run_options& opts, actors::scheduler_mode mode,
                                            std::span<const trace_request> requests) {
   auto cfg = opts.cfg;
   cfg.scheduler.mode = mode;
@@ -118,8 +118,8 @@ expected<run_result, std::string> run_mode(const run_options& opts, daemon::sche
   const auto* entry = engine->find_model(model);
   if (!entry)
     return unexpected(fmt::format("no model named '{}' in the configuration", model));
-  result.serialized = mode == daemon::scheduler_mode::sync
-                      || (mode != daemon::scheduler_mode::fcfs
+  result.serialized = mode == actors::scheduler_mode::sync
+                      || (mode != actors::scheduler_mode::fcfs
                           && !entry->info.caps.transfer_overlaps_compute);
 
   auto col = std::make_shared<collector>();
@@ -177,7 +177,7 @@ expected<run_result, std::string> run_mode(const run_options& opts, daemon::sche
   }
   if (opts.progress)
     opts.progress(fmt::format("{}: all {} requests submitted ({} accepted), waiting for the ends",
-                              daemon::to_string(mode), requests.size(), submitted));
+                              actors::to_string(mode), requests.size(), submitted));
 
   // Wait for every accepted request to end, within the bound.
   auto bound = opts.timeout;
@@ -194,7 +194,7 @@ expected<run_result, std::string> run_mode(const run_options& opts, daemon::sche
     if (opts.progress)
       opts.progress(fmt::format("{}: timed out after {} s with {} of {} requests ended; "
                                 "cancelling the rest",
-                                daemon::to_string(mode), bound.count() / 1000, col->ended,
+                                actors::to_string(mode), bound.count() / 1000, col->ended,
                                 submitted));
     engine->shutdown("benchmark timeout");
     std::unique_lock lock{col->mutex};
@@ -216,7 +216,7 @@ expected<run_result, std::string> run_mode(const run_options& opts, daemon::sche
     // Every step pays the base cost; every token carried pays the per-token
     // cost once: prefill tokens, and one decode token per generated token
     // after each sequence's first (which its last prefill chunk produced).
-    const auto& sim = cfg.models[entry->index].sim;
+    const auto& sim = cfg.models[entry->index].backend.sim;
     const auto& st = result.stats;
     const double decode_rows = static_cast<double>(st.tokens_generated)
                                - static_cast<double>(st.finished + st.failed + st.cancelled);

@@ -102,7 +102,7 @@ struct run_options {
 };
 
 struct run_result {
-  daemon::scheduler_mode mode = daemon::scheduler_mode::overlap;
+  actors::scheduler_mode mode = actors::scheduler_mode::overlap;
   double time_scale = 1.0;
   std::vector<request_outcome> requests;
   actors::scheduler_stats stats; ///< the model's scheduler at the end of the run
@@ -123,7 +123,7 @@ struct run_result {
 
 /// Runs `requests` (in arrival order) against a fresh engine in `mode`.
 /// Fails only if the engine cannot be built; request failures are outcomes.
-expected<run_result, std::string> run_mode(const run_options& opts, daemon::scheduler_mode mode,
+expected<run_result, std::string> run_mode(const run_options& opts, actors::scheduler_mode mode,
                                            std::span<const trace_request> requests);
 
 /// The synthetic prompt of request `index`: `length` letter tokens.

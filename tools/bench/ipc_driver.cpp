@@ -553,9 +553,9 @@ std::string config_toml(const daemon::config& cfg) {
   for (const auto& m : cfg.models) {
     out += fmt::format("\n[[model]]\nname = {}\nbackend = {}\nstore_floor_bytes = {}\n"
                        "store_cap_bytes = {}\n",
-                       toml_string(m.name), toml_string(m.backend), m.store_floor_bytes,
+                       toml_string(m.name), toml_string(m.backend.kind), m.store_floor_bytes,
                        m.store_cap_bytes);
-    const auto& s = m.sim;
+    const auto& s = m.backend.sim;
     out += fmt::format(
       "\n[model.sim]\nslots = {}\nmax_context = {}\nmax_prefill_chunk = {}\nsnapshot_bytes = {}\n"
       "snapshot = {}\nstep_base_ms = {}\nstep_per_token_ms = {}\ndump_min_ms = {}\n"
@@ -575,9 +575,9 @@ std::string config_toml(const daemon::config& cfg) {
   }
 
   const auto& p = cfg.scheduler;
-  out += fmt::format("\n[scheduler]\nmode = {}\nquantum_tokens = {}\nlevels = {}\nspare_slots = {}\n"
+  out += fmt::format("\n[scheduler]\nmode = {}\nquantum_steps = {}\nlevels = {}\nspare_slots = {}\n"
                      "max_step_tokens = {}\naging_steps = {}\newma_alpha = {}\n",
-                     toml_string(daemon::to_string(p.mode)), p.quantum_tokens, p.levels,
+                     toml_string(actors::to_string(p.mode)), p.quantum_steps, p.levels,
                      p.spare_slots, p.max_step_tokens, p.aging_steps, toml_real(p.ewma_alpha));
   out += fmt::format("\n[store]\nmax_bytes = {}\n", cfg.store.max_bytes);
 
@@ -598,7 +598,7 @@ std::string config_toml(const daemon::config& cfg) {
 }
 
 expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
-                                               daemon::scheduler_mode mode,
+                                               actors::scheduler_mode mode,
                                                std::span<const trace_request> requests) {
   const auto& ro = opts.run;
   auto cfg = ro.cfg;
@@ -610,7 +610,7 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
                    [&](const auto& m) { return m.name == model; }))
     return unexpected(fmt::format("no model named '{}' in the configuration", model));
   const double ts = ro.time_scale > 0 ? ro.time_scale : 1.0;
-  const auto mode_name = daemon::to_string(mode);
+  const auto mode_name = actors::to_string(mode);
   auto progress = [&](std::string_view line) {
     if (ro.progress)
       ro.progress(line);
@@ -683,8 +683,8 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
   result.mode = mode;
   result.time_scale = ts;
   result.store_peaks_known = false;
-  result.serialized = mode == daemon::scheduler_mode::sync
-                      || (mode != daemon::scheduler_mode::fcfs && !opts.transfers_overlap);
+  result.serialized = mode == actors::scheduler_mode::sync
+                      || (mode != actors::scheduler_mode::fcfs && !opts.transfers_overlap);
   result.requests.resize(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     auto& o = result.requests[i];

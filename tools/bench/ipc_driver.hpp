@@ -57,7 +57,7 @@ std::string config_toml(const daemon::config& cfg);
 /// Fails if the daemon cannot be started, reached or stopped cleanly (exit
 /// 0); request failures are outcomes.
 expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
-                                               daemon::scheduler_mode mode,
+                                               actors::scheduler_mode mode,
                                                std::span<const trace_request> requests);
 
 } // namespace kvlane::tools::bench

@@ -44,7 +44,7 @@ std::string num(double x, int decimals = 1) {
 
 mode_summary summarize(const run_result& r) {
   mode_summary s;
-  s.mode = std::string{daemon::to_string(r.mode)};
+  s.mode = std::string{actors::to_string(r.mode)};
   s.requests = r.requests.size();
   std::vector<double> ttft, ttft_int, ttft_batch, tpot, e2e;
   for (auto& o : r.requests) {
@@ -450,8 +450,8 @@ void write_profile(json_writer& w, const report_context& c) {
     w.field("toml", c.profile_toml);
   w.field("model", c.model);
   if (m) {
-    w.field("backend", m->backend);
-    const auto& s = m->sim;
+    w.field("backend", m->backend.kind);
+    const auto& s = m->backend.sim;
     w.key("sim").begin_object();
     w.field("slots", s.slots);
     w.field("max_context", s.max_context);
@@ -472,7 +472,7 @@ void write_profile(json_writer& w, const report_context& c) {
   }
   const auto& p = c.cfg.scheduler;
   w.key("scheduler").begin_object();
-  w.field("quantum_tokens", p.quantum_tokens);
+  w.field("quantum_tokens", p.quantum_steps);
   w.field("levels", p.levels);
   w.field("spare_slots", p.spare_slots);
   w.field("max_step_tokens", p.max_step_tokens);

@@ -54,9 +54,9 @@ double bench_rng::normal() noexcept {
 
 work_model work_model_for(const daemon::config& cfg, const daemon::model_section& model) {
   work_model m;
-  m.step_base_ms = model.sim.step_base_ms;
-  m.step_per_token_ms = model.sim.step_per_token_ms;
-  const auto slots = model.sim.slots;
+  m.step_base_ms = model.backend.sim.step_base_ms;
+  m.step_per_token_ms = model.backend.sim.step_per_token_ms;
+  const auto slots = model.backend.sim.slots;
   // The preempting modes' batch, whichever modes run: the load must not
   // depend on which modes are compared.
   const auto spare = std::min(cfg.scheduler.spare_slots, slots - 1);

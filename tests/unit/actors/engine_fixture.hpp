@@ -22,24 +22,23 @@ using namespace std::chrono_literals;
 
 /// A sim model whose step lasts ~0.2 ms of wall time (time_scale 200), with
 /// 1 KiB of KV per token so snapshots are cheap to copy.
-inline daemon::config small_config(daemon::scheduler_mode mode, std::uint32_t slots = 4) {
-  daemon::config c;
-  c.daemon.worker_threads = 2;
+inline actors::engine_config small_config(actors::scheduler_mode mode, std::uint32_t slots = 4) {
+  actors::engine_config c;
   c.scheduler.mode = mode;
-  c.scheduler.quantum_tokens = 4;
+  c.scheduler.quantum_steps = 4;
   c.scheduler.levels = 3;
   c.scheduler.spare_slots = 1;
   c.scheduler.max_step_tokens = 256;
   c.scheduler.aging_steps = 64;
   c.store.max_bytes = 64ull << 20;
-  daemon::model_section m;
+  actors::model_config m;
   m.name = "tiny";
-  m.backend = "sim";
-  m.sim.slots = slots;
-  m.sim.max_context = 512;
-  m.sim.max_prefill_chunk = 32;
-  m.sim.snapshot_bytes = 512 * 1024;
-  m.sim.time_scale = 200;
+  m.backend.kind = "sim";
+  m.backend.sim.slots = slots;
+  m.backend.sim.max_context = 512;
+  m.backend.sim.max_prefill_chunk = 32;
+  m.backend.sim.snapshot_bytes = 512 * 1024;
+  m.backend.sim.time_scale = 200;
   c.models.push_back(m);
   return c;
 }
@@ -93,8 +92,11 @@ private:
 /// An actor system plus an engine on `cfg`.
 class engine_fixture {
 public:
-  explicit engine_fixture(const daemon::config& cfg, actors::completion_hook on_complete = {})
-    : system_(configure(caf_cfg_, cfg.daemon.worker_threads)) {
+  /// Two CAF worker threads, as on the smallest box the daemon targets.
+  static constexpr std::uint32_t worker_threads = 2;
+
+  explicit engine_fixture(const actors::engine_config& cfg, actors::completion_hook on_complete = {})
+    : system_(configure(caf_cfg_, worker_threads)) {
     auto e = actors::engine::create(system_, cfg, log.observer(), std::move(on_complete));
     REQUIRE_MESSAGE(e.has_value(), (e ? std::string{} : e.error()));
     engine = std::move(*e);

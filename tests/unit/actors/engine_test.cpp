@@ -10,7 +10,7 @@ using namespace kvlane;
 using namespace std::chrono_literals;
 using actors::end_reason;
 using actors::seq_phase;
-using daemon::scheduler_mode;
+using actors::scheduler_mode;
 using test::engine_fixture;
 
 namespace {
@@ -121,15 +121,15 @@ TEST_CASE("engine: a policy update applies to running schedulers") {
   auto before = run();
   CHECK(before > 0); // quantum 4: sequences take turns
   auto p = cfg.scheduler;
-  p.quantum_tokens = 100000; // nobody's turn ends: no preemption among equals
+  p.quantum_steps = 100000; // nobody's turn ends: no preemption among equals
   REQUIRE(sut.engine->update_policy(p));
   CHECK(run() == before);
 }
 
 TEST_CASE("engine: a backend call running past the limit is reported as stuck") {
   auto cfg = test::small_config(scheduler_mode::overlap);
-  cfg.models[0].sim.time_scale = 1;
-  cfg.models[0].sim.step_base_ms = 1500; // one step lasts 1.5 s of wall time
+  cfg.models[0].backend.sim.time_scale = 1;
+  cfg.models[0].backend.sim.step_base_ms = 1500; // one step lasts 1.5 s of wall time
   engine_fixture sut{cfg};
   CHECK(sut.engine->stuck_call(0ns).empty()); // idle lanes are never stuck
   auto s = *sut.engine->submit(request("alice", 1));

@@ -11,7 +11,7 @@ using namespace std::chrono_literals;
 using actors::end_reason;
 using actors::priority_class;
 using actors::seq_phase;
-using daemon::scheduler_mode;
+using actors::scheduler_mode;
 using test::engine_fixture;
 
 namespace {
@@ -98,7 +98,7 @@ TEST_CASE("scheduler: with 4x more sequences than slots every stream equals its 
   }
   for (auto mode : {scheduler_mode::fcfs, scheduler_mode::sync, scheduler_mode::overlap,
                     scheduler_mode::ideal}) {
-    CAPTURE(daemon::to_string(mode));
+    CAPTURE(actors::to_string(mode));
     engine_fixture sut{test::small_config(mode)};
     auto got = run_all(*sut.engine, reqs);
     check_same_streams(got, solo);
@@ -161,9 +161,9 @@ TEST_CASE("scheduler: a new interactive request takes the spare slot without wai
 namespace {
 
 // Slow transfers (10 ms of wall time each) so a cancel lands inside them.
-daemon::config slow_transfer_config() {
+actors::engine_config slow_transfer_config() {
   auto cfg = test::small_config(scheduler_mode::overlap, 2); // target 1 + 1 spare
-  auto& sim = cfg.models[0].sim;
+  auto& sim = cfg.models[0].backend.sim;
   sim.time_scale = 10;
   sim.step_base_ms = 20;
   sim.step_per_token_ms = 0.1;

@@ -579,14 +579,16 @@ TEST_CASE("sim_backend: overlap shared slows a step to half speed while a dump r
 }
 
 TEST_CASE("sim_backend: make_backend builds the sim and rejects unknown kinds") {
-  auto made = make_backend("sim", "m", small_options());
+  backend_config cfg{.kind = "sim", .sim = small_options()};
+  auto made = make_backend("m", cfg);
   REQUIRE(made.has_value());
   CHECK((*made)->info().kind == "sim");
-  auto unknown = make_backend("tpu", "m", small_options());
+  cfg.kind = "tpu";
+  auto unknown = make_backend("m", cfg);
   REQUIRE_FALSE(unknown.has_value());
   CHECK(unknown.error().code == backend_errc::invalid_argument);
   CHECK(unknown.error().message == "unknown backend 'tpu' (known: sim)");
-  auto bad = small_options();
-  bad.slots = 0;
-  CHECK(make_backend("sim", "m", bad).error().code == backend_errc::invalid_argument);
+  backend_config bad{.kind = "sim", .sim = small_options()};
+  bad.sim.slots = 0;
+  CHECK(make_backend("m", bad).error().code == backend_errc::invalid_argument);
 }

@@ -24,7 +24,7 @@ using json = nlohmann::json;
 namespace {
 
 struct admin_fixture {
-  test::engine_fixture f{test::small_config(daemon::scheduler_mode::overlap)};
+  test::engine_fixture f{test::small_config(actors::scheduler_mode::overlap)};
   daemon::metrics registry{{"tiny"}};
   daemon::admin_services services;
   std::string last_level;

@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 using namespace kvlane::daemon;
+using kvlane::config_error;
+using kvlane::parse_byte_size;
+using kvlane::actors::scheduler_mode;
 using kvlane::backends::backend_errc;
 using kvlane::backends::snapshot_extent;
 using kvlane::backends::transfer_overlap;
@@ -70,30 +73,30 @@ void check_same(const config& a, const config& b) {
     const auto& x = a.models[i];
     const auto& y = b.models[i];
     CHECK(x.name == y.name);
-    CHECK(x.backend == y.backend);
+    CHECK(x.backend.kind == y.backend.kind);
     CHECK(x.store_floor_bytes == y.store_floor_bytes);
     CHECK(x.store_cap_bytes == y.store_cap_bytes);
-    CHECK(x.sim.slots == y.sim.slots);
-    CHECK(x.sim.max_context == y.sim.max_context);
-    CHECK(x.sim.max_prefill_chunk == y.sim.max_prefill_chunk);
-    CHECK(x.sim.snapshot_bytes == y.sim.snapshot_bytes);
-    CHECK(x.sim.extent == y.sim.extent);
-    CHECK(x.sim.step_base_ms == y.sim.step_base_ms);
-    CHECK(x.sim.step_per_token_ms == y.sim.step_per_token_ms);
-    CHECK(x.sim.dump_min_ms == y.sim.dump_min_ms);
-    CHECK(x.sim.dump_max_ms == y.sim.dump_max_ms);
-    CHECK(x.sim.load_min_ms == y.sim.load_min_ms);
-    CHECK(x.sim.load_max_ms == y.sim.load_max_ms);
-    CHECK(x.sim.time_scale == y.sim.time_scale);
-    CHECK(x.sim.overlap == y.sim.overlap);
-    CHECK(x.sim.seed == y.sim.seed);
-    CHECK(x.sim.eos_rate == y.sim.eos_rate);
-    check_same_faults(x.sim.step_faults, y.sim.step_faults);
-    check_same_faults(x.sim.dump_faults, y.sim.dump_faults);
-    check_same_faults(x.sim.load_faults, y.sim.load_faults);
+    CHECK(x.backend.sim.slots == y.backend.sim.slots);
+    CHECK(x.backend.sim.max_context == y.backend.sim.max_context);
+    CHECK(x.backend.sim.max_prefill_chunk == y.backend.sim.max_prefill_chunk);
+    CHECK(x.backend.sim.snapshot_bytes == y.backend.sim.snapshot_bytes);
+    CHECK(x.backend.sim.extent == y.backend.sim.extent);
+    CHECK(x.backend.sim.step_base_ms == y.backend.sim.step_base_ms);
+    CHECK(x.backend.sim.step_per_token_ms == y.backend.sim.step_per_token_ms);
+    CHECK(x.backend.sim.dump_min_ms == y.backend.sim.dump_min_ms);
+    CHECK(x.backend.sim.dump_max_ms == y.backend.sim.dump_max_ms);
+    CHECK(x.backend.sim.load_min_ms == y.backend.sim.load_min_ms);
+    CHECK(x.backend.sim.load_max_ms == y.backend.sim.load_max_ms);
+    CHECK(x.backend.sim.time_scale == y.backend.sim.time_scale);
+    CHECK(x.backend.sim.overlap == y.backend.sim.overlap);
+    CHECK(x.backend.sim.seed == y.backend.sim.seed);
+    CHECK(x.backend.sim.eos_rate == y.backend.sim.eos_rate);
+    check_same_faults(x.backend.sim.step_faults, y.backend.sim.step_faults);
+    check_same_faults(x.backend.sim.dump_faults, y.backend.sim.dump_faults);
+    check_same_faults(x.backend.sim.load_faults, y.backend.sim.load_faults);
   }
   CHECK(a.scheduler.mode == b.scheduler.mode);
-  CHECK(a.scheduler.quantum_tokens == b.scheduler.quantum_tokens);
+  CHECK(a.scheduler.quantum_steps == b.scheduler.quantum_steps);
   CHECK(a.scheduler.levels == b.scheduler.levels);
   CHECK(a.scheduler.spare_slots == b.scheduler.spare_slots);
   CHECK(a.scheduler.max_step_tokens == b.scheduler.max_step_tokens);
@@ -138,32 +141,32 @@ TEST_CASE("config: a minimal file yields every documented default") {
   REQUIRE(sut.models.size() == 1);
   const auto& m = sut.models[0];
   CHECK(m.name == "m");
-  CHECK(m.backend == "sim");
+  CHECK(m.backend.kind == "sim");
   CHECK(m.store_floor_bytes == 0);
   CHECK(m.store_cap_bytes == 0);
-  CHECK(m.sim.slots == 16);
-  CHECK(m.sim.max_context == 4096);
-  CHECK(m.sim.max_prefill_chunk == 128);
-  CHECK(m.sim.snapshot_bytes == 67'108'864);
-  CHECK(m.sim.extent == snapshot_extent::full_slot);
-  CHECK(m.sim.step_base_ms == 31.0);
-  CHECK(m.sim.step_per_token_ms == 1.7);
-  CHECK(m.sim.dump_min_ms == 30.0);
-  CHECK(m.sim.dump_max_ms == 60.0);
-  CHECK(m.sim.load_min_ms == 16.0);
-  CHECK(m.sim.load_max_ms == 18.0);
-  CHECK(m.sim.time_scale == 1.0);
-  CHECK(m.sim.overlap == transfer_overlap::full);
-  CHECK(m.sim.seed == 1);
-  CHECK(m.sim.eos_rate == 0.0);
-  for (const auto* f : {&m.sim.step_faults, &m.sim.dump_faults, &m.sim.load_faults}) {
+  CHECK(m.backend.sim.slots == 16);
+  CHECK(m.backend.sim.max_context == 4096);
+  CHECK(m.backend.sim.max_prefill_chunk == 128);
+  CHECK(m.backend.sim.snapshot_bytes == 67'108'864);
+  CHECK(m.backend.sim.extent == snapshot_extent::full_slot);
+  CHECK(m.backend.sim.step_base_ms == 31.0);
+  CHECK(m.backend.sim.step_per_token_ms == 1.7);
+  CHECK(m.backend.sim.dump_min_ms == 30.0);
+  CHECK(m.backend.sim.dump_max_ms == 60.0);
+  CHECK(m.backend.sim.load_min_ms == 16.0);
+  CHECK(m.backend.sim.load_max_ms == 18.0);
+  CHECK(m.backend.sim.time_scale == 1.0);
+  CHECK(m.backend.sim.overlap == transfer_overlap::full);
+  CHECK(m.backend.sim.seed == 1);
+  CHECK(m.backend.sim.eos_rate == 0.0);
+  for (const auto* f : {&m.backend.sim.step_faults, &m.backend.sim.dump_faults, &m.backend.sim.load_faults}) {
     CHECK(f->fail_nth == 0);
     CHECK(f->fail_rate == 0.0);
     CHECK(f->code == backend_errc::device_failure);
   }
 
   CHECK(sut.scheduler.mode == scheduler_mode::overlap);
-  CHECK(sut.scheduler.quantum_tokens == 64);
+  CHECK(sut.scheduler.quantum_steps == 64);
   CHECK(sut.scheduler.levels == 4);
   CHECK(sut.scheduler.spare_slots == 1);
   CHECK(sut.scheduler.max_step_tokens == 512);
@@ -242,7 +245,7 @@ sim.overlap = "none"
 
 [scheduler]
 mode = "fcfs"
-quantum_tokens = 16
+quantum_steps = 16
 levels = 6
 spare_slots = 0
 max_step_tokens = 0
@@ -281,32 +284,32 @@ listen = "[::1]:9464"
   CHECK(m.name == "a.b_c-1");
   CHECK(m.store_floor_bytes == 1ull << 30);
   CHECK(m.store_cap_bytes == 2ull << 30);
-  CHECK(m.sim.slots == 4);
-  CHECK(m.sim.max_context == 1024);
-  CHECK(m.sim.max_prefill_chunk == 1024);
-  CHECK(m.sim.snapshot_bytes == 1ull << 20);
-  CHECK(m.sim.extent == snapshot_extent::used_length);
-  CHECK(m.sim.step_base_ms == 2.0);
-  CHECK(m.sim.step_per_token_ms == 0.5);
-  CHECK(m.sim.dump_min_ms == 1.5);
-  CHECK(m.sim.dump_max_ms == 1.5);
-  CHECK(m.sim.load_min_ms == 0.0);
-  CHECK(m.sim.load_max_ms == 3.0);
-  CHECK(m.sim.time_scale == 100.0);
-  CHECK(m.sim.overlap == transfer_overlap::shared);
-  CHECK(m.sim.seed == 42);
-  CHECK(m.sim.eos_rate == 0.25);
-  CHECK(m.sim.step_faults.fail_nth == 7);
-  CHECK(m.sim.step_faults.code == backend_errc::device_failure);
-  CHECK(m.sim.dump_faults.fail_rate == 0.5);
-  CHECK(m.sim.dump_faults.code == backend_errc::device_timeout);
-  CHECK(m.sim.load_faults.code == backend_errc::snapshot_mismatch);
+  CHECK(m.backend.sim.slots == 4);
+  CHECK(m.backend.sim.max_context == 1024);
+  CHECK(m.backend.sim.max_prefill_chunk == 1024);
+  CHECK(m.backend.sim.snapshot_bytes == 1ull << 20);
+  CHECK(m.backend.sim.extent == snapshot_extent::used_length);
+  CHECK(m.backend.sim.step_base_ms == 2.0);
+  CHECK(m.backend.sim.step_per_token_ms == 0.5);
+  CHECK(m.backend.sim.dump_min_ms == 1.5);
+  CHECK(m.backend.sim.dump_max_ms == 1.5);
+  CHECK(m.backend.sim.load_min_ms == 0.0);
+  CHECK(m.backend.sim.load_max_ms == 3.0);
+  CHECK(m.backend.sim.time_scale == 100.0);
+  CHECK(m.backend.sim.overlap == transfer_overlap::shared);
+  CHECK(m.backend.sim.seed == 42);
+  CHECK(m.backend.sim.eos_rate == 0.25);
+  CHECK(m.backend.sim.step_faults.fail_nth == 7);
+  CHECK(m.backend.sim.step_faults.code == backend_errc::device_failure);
+  CHECK(m.backend.sim.dump_faults.fail_rate == 0.5);
+  CHECK(m.backend.sim.dump_faults.code == backend_errc::device_timeout);
+  CHECK(m.backend.sim.load_faults.code == backend_errc::snapshot_mismatch);
   CHECK(sut.models[1].name == "second");
-  CHECK(sut.models[1].sim.overlap == transfer_overlap::none);
-  CHECK(sut.models[1].sim.slots == 16);
+  CHECK(sut.models[1].backend.sim.overlap == transfer_overlap::none);
+  CHECK(sut.models[1].backend.sim.slots == 16);
 
   CHECK(sut.scheduler.mode == scheduler_mode::fcfs);
-  CHECK(sut.scheduler.quantum_tokens == 16);
+  CHECK(sut.scheduler.quantum_steps == 16);
   CHECK(sut.scheduler.levels == 6);
   CHECK(sut.scheduler.spare_slots == 0);
   CHECK(sut.scheduler.max_step_tokens == 0);
@@ -610,6 +613,18 @@ TEST_CASE("config: an unknown backend is an error listing the known backends") {
   check_error(e, "model[0].backend", 4);
   CHECK(contains(e.message, "unknown backend \"qbruntime\""));
   CHECK(contains(e.message, "known backends: \"sim\""));
+}
+
+TEST_CASE("config: quantum_tokens is accepted as the former name of quantum_steps") {
+  auto sut = parse(std::string(minimal) + "[scheduler]\nquantum_tokens = 12\n");
+  REQUIRE(sut.has_value());
+  CHECK(sut->scheduler.quantum_steps == 12);
+}
+
+TEST_CASE("config: quantum_steps and its former name quantum_tokens together are an error") {
+  const auto e = parse_error(std::string(minimal) + "[scheduler]\nquantum_steps = 8\nquantum_tokens = 8\n");
+  check_error(e, "scheduler.quantum_tokens", 6);
+  CHECK(contains(e.message, "set only one of them"));
 }
 
 TEST_CASE("config: an unknown fault code is an error listing the backend error names") {

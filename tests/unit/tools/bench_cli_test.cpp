@@ -42,11 +42,11 @@ TEST_CASE("bench cli: flags are checked and conflicts named") {
 TEST_CASE("bench cli: the quantum sweep runs the preempting modes only") {
   auto sut = parse({"--synthetic", "--sweep-quantum"});
   REQUIRE(sut.has_value());
-  CHECK(sut->modes == std::vector{daemon::scheduler_mode::sync, daemon::scheduler_mode::overlap,
-                                  daemon::scheduler_mode::ideal});
+  CHECK(sut->modes == std::vector{actors::scheduler_mode::sync, actors::scheduler_mode::overlap,
+                                  actors::scheduler_mode::ideal});
   auto given = parse({"--synthetic", "--sweep-quantum", "--modes", "fcfs,overlap"});
   REQUIRE(given.has_value());
-  CHECK(given->modes == std::vector{daemon::scheduler_mode::overlap});
+  CHECK(given->modes == std::vector{actors::scheduler_mode::overlap});
 }
 
 TEST_CASE("bench cli: --path ipc and both are accepted and a missing kvlaned is unavailable (69)") {
@@ -65,7 +65,7 @@ TEST_CASE("bench cli: --path ipc and both are accepted and a missing kvlaned is 
 TEST_CASE("bench cli: the built-in profile keeps the ARIES timing with small host snapshots") {
   auto sut = builtin_profile();
   REQUIRE(sut.has_value());
-  const auto& sim = sut->models.front().sim;
+  const auto& sim = sut->models.front().backend.sim;
   CHECK(sim.slots == 16);
   CHECK(sim.max_context == 4096);
   CHECK(sim.max_prefill_chunk == 128);

@@ -11,7 +11,7 @@ using namespace kvlane::tools::bench;
 
 namespace {
 
-run_result fake_run(daemon::scheduler_mode mode, double ttft_scale) {
+run_result fake_run(actors::scheduler_mode mode, double ttft_scale) {
   run_result r;
   r.mode = mode;
   r.time_scale = 10;
@@ -47,7 +47,7 @@ bool has_key(const std::string& json, std::string_view key) {
 } // namespace
 
 TEST_CASE("bench report: a summary reads every request the same way") {
-  auto sut = summarize(fake_run(daemon::scheduler_mode::overlap, 10));
+  auto sut = summarize(fake_run(actors::scheduler_mode::overlap, 10));
   CHECK(sut.mode == "overlap");
   CHECK(sut.completed == 9);
   CHECK(sut.failed == 1);
@@ -67,9 +67,9 @@ TEST_CASE("bench report: the JSON carries the documented field names for every m
   sut.ctx.command_line = "kvlane-bench --synthetic";
   sut.ctx.cfg.models.push_back({});
   sut.ctx.model = sut.ctx.cfg.models[0].name;
-  for (auto mode : {daemon::scheduler_mode::fcfs, daemon::scheduler_mode::overlap,
-                    daemon::scheduler_mode::ideal})
-    sut.modes.push_back(summarize(fake_run(mode, mode == daemon::scheduler_mode::fcfs ? 10 : 1)));
+  for (auto mode : {actors::scheduler_mode::fcfs, actors::scheduler_mode::overlap,
+                    actors::scheduler_mode::ideal})
+    sut.modes.push_back(summarize(fake_run(mode, mode == actors::scheduler_mode::fcfs ? 10 : 1)));
   sut.ratios = standard_ratios(sut.modes);
   sut.targets = comparison_targets(sut.modes, true);
   auto json = to_json(sut);
@@ -92,9 +92,9 @@ TEST_CASE("bench report: the JSON carries the documented field names for every m
 }
 
 TEST_CASE("bench report: targets pass and fail on their thresholds and missing modes are not judged") {
-  std::vector<mode_summary> modes{summarize(fake_run(daemon::scheduler_mode::fcfs, 10)),
-                                  summarize(fake_run(daemon::scheduler_mode::overlap, 1)),
-                                  summarize(fake_run(daemon::scheduler_mode::ideal, 1))};
+  std::vector<mode_summary> modes{summarize(fake_run(actors::scheduler_mode::fcfs, 10)),
+                                  summarize(fake_run(actors::scheduler_mode::overlap, 1)),
+                                  summarize(fake_run(actors::scheduler_mode::ideal, 1))};
   auto sut = comparison_targets(modes, true);
   REQUIRE(sut.size() == 4);
   for (auto& t : sut) {
@@ -102,7 +102,7 @@ TEST_CASE("bench report: targets pass and fail on their thresholds and missing m
     REQUIRE(t.pass.has_value());
     CHECK(*t.pass); // equal throughput; interactive TTFT 10x lower than fcfs
   }
-  modes[1] = summarize(fake_run(daemon::scheduler_mode::overlap, 3));
+  modes[1] = summarize(fake_run(actors::scheduler_mode::overlap, 3));
   sut = comparison_targets(modes, true);
   CHECK_FALSE(*sut[1].pass); // TTFT p99 3x ideal's
   CHECK_FALSE(*sut[3].pass); // only 3.3x lower than fcfs

@@ -24,11 +24,11 @@ TEST_CASE("bench runner: ten synthetic requests complete in two modes and report
 
   run_options opts;
   opts.cfg = test::fast_bench_profile();
-  opts.time_scale = opts.cfg.models.front().sim.time_scale;
+  opts.time_scale = opts.cfg.models.front().backend.sim.time_scale;
   opts.timeout = std::chrono::seconds(30);
   bench_report sut;
-  for (auto mode : {daemon::scheduler_mode::fcfs, daemon::scheduler_mode::overlap}) {
-    CAPTURE(daemon::to_string(mode));
+  for (auto mode : {actors::scheduler_mode::fcfs, actors::scheduler_mode::overlap}) {
+    CAPTURE(actors::to_string(mode));
     auto r = run_mode(opts, mode, reqs);
     REQUIRE(r.has_value());
     CHECK_FALSE(r->timed_out);

@@ -66,14 +66,14 @@ TEST_CASE("bench workload: the load is undefined for one request or a single ins
 TEST_CASE("bench workload: the work model comes from the sim figures and the spare slots") {
   kvlane::daemon::config cfg;
   kvlane::daemon::model_section model;
-  model.sim.slots = 16;
+  model.backend.sim.slots = 16;
   cfg.scheduler.spare_slots = 1;
   auto sut = work_model_for(cfg, model);
   CHECK(sut.step_base_ms == 31.0);
   CHECK(sut.step_per_token_ms == 1.7);
   CHECK(sut.decode_batch == 15);
   CHECK(sut.max_step_tokens == 512);
-  cfg.scheduler.mode = kvlane::daemon::scheduler_mode::fcfs;
+  cfg.scheduler.mode = kvlane::actors::scheduler_mode::fcfs;
   CHECK(work_model_for(cfg, model).decode_batch == 15); // independent of the mode run
 }
 

@@ -1,4 +1,4 @@
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -8,7 +8,7 @@
 #include <mutex>
 #include <unistd.h>
 
-namespace kvlane::daemon::logging {
+namespace kvlane::logging {
 
 namespace {
 
@@ -142,4 +142,4 @@ std::shared_ptr<spdlog::logger> get(std::string_view name) {
   return spdlog::default_logger();
 }
 
-} // namespace kvlane::daemon::logging
+} // namespace kvlane::logging

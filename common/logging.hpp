@@ -1,6 +1,6 @@
 #pragma once
 
-// kvlane::daemon::logging — one named spdlog logger per subsystem.
+// kvlane::logging — one named spdlog logger per subsystem.
 //
 // On a terminal, log lines are coloured; otherwise (systemd, pipes) each line
 // starts with a syslog priority prefix "<N>" that journald turns into the
@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-namespace kvlane::daemon::logging {
+namespace kvlane::logging {
 
 /// Names of the subsystem loggers, in the order they are created.
 std::span<const std::string_view> logger_names() noexcept;
@@ -42,4 +42,4 @@ bool known_logger(std::string_view name) noexcept;
 /// True if `level` names a spdlog level (trace, debug, info, warn, error, critical, off).
 bool valid_level(std::string_view level) noexcept;
 
-} // namespace kvlane::daemon::logging
+} // namespace kvlane::logging

@@ -1,0 +1,41 @@
+#pragma once
+
+// kvlane::actors::engine_config — what the serving core needs to start: its
+// models (each with its backend and store share), the scheduling policy and
+// the snapshot store's size.
+//
+// Problem it solves: the engine must not depend on the daemon's config file
+// format. The daemon's config (daemon/config.hpp) extends this type with its
+// own sections; tools and tests build it directly.
+
+#include "actors/policy.hpp"
+#include "backends/backend_config.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvlane::actors {
+
+struct model_config {
+  std::string name;
+  backends::backend_config backend;    ///< `backend` and the backend's own table ([model.sim])
+  std::uint64_t store_floor_bytes = 0; ///< snapshot store bytes reserved for this model
+  std::uint64_t store_cap_bytes = 0;   ///< most snapshot store bytes it may use; 0 = no cap
+
+  friend bool operator==(const model_config&, const model_config&) = default;
+};
+
+struct store_config {
+  std::uint64_t max_bytes = 8ull << 30; ///< snapshot store limit (reserved, committed on use)
+
+  friend bool operator==(const store_config&, const store_config&) = default;
+};
+
+struct engine_config {
+  std::vector<model_config> models;
+  scheduler_policy scheduler;
+  store_config store;
+};
+
+} // namespace kvlane::actors

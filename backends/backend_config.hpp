@@ -1,0 +1,42 @@
+#pragma once
+
+// kvlane::backends::backend_config — which backend a model runs on, with that
+// backend's own options, and the parser of both.
+//
+// Problem it solves: the daemon's config must not know any backend's fields.
+// A [[model]] table names its backend (`backend = "sim"`); the backend's
+// options live in its own sub-table ([model.sim]) and are read and validated
+// here, with the same "<source>:<line>: <key>: <what>" errors as every other
+// key. A new backend adds its options type, its table name and a branch.
+
+#include "backends/sim_options.hpp"
+#include "common/config_reader.hpp"
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace kvlane::backends {
+
+struct backend_config {
+  std::string kind = "sim"; ///< `backend` key of [[model]]
+  sim_options sim;          ///< [model.sim]; read only when kind == "sim"
+
+  friend bool operator==(const backend_config&, const backend_config&) = default;
+};
+
+/// Backend kinds this build knows, in the order error messages list them.
+std::span<const std::string_view> backend_kinds() noexcept;
+
+/// Keys of a [[model]] table that belong to the backend: "backend" and every
+/// kind's sub-table name. The daemon accepts them beside its own keys.
+std::span<const std::string_view> backend_model_keys() noexcept;
+
+/// Reads `backend` and the chosen kind's sub-table from one [[model]] table.
+/// Unknown kinds, and a sub-table of a kind other than the chosen one, are
+/// errors naming the key.
+config_reader::status parse_backend_config(const config_reader::reporter& r,
+                                           const config_reader::section& model,
+                                           backend_config& out);
+
+} // namespace kvlane::backends
