@@ -1,7 +1,10 @@
 #include "daemon/client_session.hpp"
 
 #include "actors/engine.hpp"
+#include "common/align.hpp"
 #include "common/logging.hpp"
+#include "ipc/control_codec.hpp"
+#include "ipc/utf8.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -21,10 +24,6 @@ namespace proto = ipc::proto;
 namespace {
 
 constexpr std::uint64_t page = 4096;
-
-std::uint64_t round_up(std::uint64_t v, std::uint64_t to) {
-  return (v + to - 1) / to * to;
-}
 
 std::uint64_t monotonic_ns() {
   timespec ts{};
@@ -335,7 +334,7 @@ bool client_session::handle_record(const proto::record_bytes& raw) {
   return false;
 }
 
-void client_session::submit_to_engine(proto::complete_submit c) {
+void client_session::submit_to_engine(complete_submit c) {
   const auto id = c.head.request_id;
   actors::submit_request req;
   req.model = c.head.model.empty() && !engine_.models().empty() ? engine_.models().front().name

@@ -34,7 +34,9 @@
 // its own eventfd cannot stall the daemon).
 
 #include "daemon/config.hpp"
+#include "daemon/request_tracker.hpp"
 #include "ipc/protocol.hpp"
+#include "ipc/record_codec.hpp"
 #include "ipc/spsc_ring.hpp"
 
 #include <atomic>
@@ -140,7 +142,7 @@ private:
   explicit client_session(setup s);
 
   bool handle_record(const ipc::proto::record_bytes& raw);
-  void submit_to_engine(ipc::proto::complete_submit req);
+  void submit_to_engine(complete_submit req);
   void push_error(std::uint64_t request_id, ipc::proto::errc code, std::string message);
   /// Caller holds mu_. Appends records; applies the backlog bound unless `force`.
   void enqueue_locked(std::uint64_t request_id, std::vector<ipc::proto::record_bytes>& records,
@@ -179,7 +181,7 @@ private:
   std::deque<ipc::proto::record_bytes> outbox_;
   std::atomic<std::size_t> outbox_size_{0};
   std::unordered_map<std::uint64_t, request_state> requests_;
-  ipc::proto::request_tracker tracker_;
+  request_tracker tracker_;
 
   std::atomic<bool> doomed_{false};
   mutable std::mutex doom_mu_;

@@ -1,6 +1,7 @@
 #include "daemon/config.hpp"
 
 #include "common/config_reader.hpp"
+#include "common/model_name.hpp"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -40,16 +41,6 @@ constexpr choice<std::string_view> log_level_names[] = {
   {"trace", "trace"}, {"debug", "debug"},       {"info", "info"}, {"warn", "warn"},
   {"error", "error"}, {"critical", "critical"}, {"off", "off"},
 };
-
-
-bool valid_model_name(std::string_view name) {
-  if (name.empty() || name.size() > 64)
-    return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.'
-           || c == '_' || c == '-';
-  });
-}
 
 status parse_daemon(const reporter& r, const section& root, daemon_section& out) {
   auto table = find_table(r, root, "daemon");

@@ -1,7 +1,10 @@
 // The C++ client library: handshake, rings, the reader thread, streams.
 #include "kvlane/client.hpp"
 
+#include "ipc/control_codec.hpp"
 #include "ipc/protocol.hpp"
+#include "ipc/record_codec.hpp"
+#include "ipc/utf8.hpp"
 #include "ipc/spsc_ring.hpp"
 
 #include <atomic>
@@ -422,7 +425,7 @@ struct connection::impl {
 
   result<void> check_request(const request& r) const {
     auto bad = [](std::string m) { return make_error(errc::invalid_argument, std::move(m)); };
-    if (!r.model.empty() && !proto::valid_model_name(r.model))
+    if (!r.model.empty() && !valid_model_name(r.model))
       return bad("model name must be 1 to 64 characters from A-Z a-z 0-9 . _ -");
     if (!r.prompt.empty() && !r.prompt_tokens.empty())
       return bad("give the prompt as text or as tokens, not both");

@@ -7,7 +7,11 @@
 // round trip of every record that decoded; and the streaming UTF-8 sanitizer
 // on two pieces of the input. Any crash, sanitizer report or broken invariant
 // (__builtin_trap) is a bug.
+#include "daemon/request_tracker.hpp"
+#include "ipc/control_codec.hpp"
 #include "ipc/protocol.hpp"
+#include "ipc/record_codec.hpp"
+#include "ipc/utf8.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -53,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
 
-  proto::request_tracker tracker(4, 2048);
+  kvlane::daemon::request_tracker tracker(4, 2048);
   for (std::size_t off = 0; off < size; off += proto::record_size) {
     proto::record_bytes rec{};
     std::memcpy(rec.data(), bytes + off, std::min(proto::record_size, size - off));
