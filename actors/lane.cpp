@@ -1,6 +1,6 @@
 #include "actors/lane.hpp"
 
-#include "common/logging.hpp"
+#include "actors/exception_handler.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
@@ -81,16 +81,8 @@ lane_actor::behavior_type lane_behavior(lane_impl self, std::string name,
   self->state.backend = std::move(backend);
   self->state.store = std::move(store);
   self->state.heartbeat = std::move(heartbeat);
-  self->set_exception_handler([self](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      logging::get("scheduler")->critical("lane {}: {}", self->state.lane_name, x.what());
-    } catch (...) {
-      logging::get("scheduler")->critical("lane {}: unknown exception", self->state.lane_name);
-    }
-    return caf::sec::runtime_error;
-  });
+  self->set_exception_handler(
+    log_and_stop("scheduler", spdlog::level::critical, "lane " + self->state.lane_name));
   return {
     [self](step_atom, step_plan_ptr plan) -> step_done_ptr {
       busy_mark busy{*self->state.heartbeat};

@@ -1,5 +1,7 @@
 #include "actors/sampler.hpp"
 
+#include "common/random.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,17 +23,6 @@ float clean(float x) noexcept {
   if (x == std::numeric_limits<float>::infinity())
     return std::numeric_limits<float>::max();
   return x;
-}
-
-std::uint64_t splitmix64(std::uint64_t& x) noexcept {
-  std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-constexpr std::uint64_t rotl(std::uint64_t x, int k) noexcept {
-  return (x << k) | (x >> (64 - k));
 }
 
 // NaN compares false, so it never replaces the best; +inf beats any finite.
@@ -97,9 +88,7 @@ expected<void, std::string> validate(const sampling_params& p, std::uint32_t voc
 }
 
 sampler::sampler(sampling_params params) : params_(std::move(params)) {
-  std::uint64_t x = params_.seed;
-  for (auto& word : state_.rng)
-    word = splitmix64(x);
+  state_.rng = xoshiro256_seed(params_.seed);
 }
 
 bool sampler::is_stop(backends::token_id t) const noexcept {
@@ -107,23 +96,13 @@ bool sampler::is_stop(backends::token_id t) const noexcept {
          != params_.stop_tokens.end();
 }
 
-// xoshiro256** (Blackman & Vigna): fixed arithmetic, identical on every platform.
 std::uint64_t sampler::next_u64() noexcept {
-  auto& s = state_.rng;
-  const std::uint64_t result = rotl(s[1] * 5, 7) * 9;
-  const std::uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
   ++state_.draws;
-  return result;
+  return xoshiro256_next(state_.rng);
 }
 
 double sampler::next_unit() noexcept {
-  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; // [0, 1)
+  return unit_double(next_u64()); // [0, 1)
 }
 
 backends::token_id sampler::sample(std::span<const float> logits) {

@@ -13,10 +13,11 @@
 // random sequence. state()/restore() expose the RNG position as a trivially
 // copyable struct so a preempted session can be resumed (or replayed) exactly.
 //
-// Determinism: the RNG is xoshiro256** seeded through splitmix64 (written here,
-// no standard-library distributions), candidate ordering uses a strict total
-// order (logit descending, index ascending) and sums run in a fixed order, so a
-// given seed yields the same tokens with any standard library. std::exp is the
+// Determinism: the RNG is xoshiro256** seeded through splitmix64
+// (common/random.hpp, no standard-library distributions), candidate ordering
+// uses a strict total order (logit descending, index ascending) and sums run in
+// a fixed order, so a given seed yields the same tokens with any standard
+// library. std::exp is the
 // only platform-dependent step: a different libm may differ in the last ulp.
 //
 // Non-finite logits: NaN counts as -inf (the token can never be chosen); +inf

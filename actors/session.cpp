@@ -1,6 +1,7 @@
 #include "actors/session.hpp"
 
-#include "common/logging.hpp"
+#include "actors/exception_handler.hpp"
+#include "common/elapsed.hpp"
 
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
@@ -21,26 +22,13 @@ struct session_state {
   std::uint64_t delivered = 0;
 };
 
-double ms_between(clock::time_point a, clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
                                std::shared_ptr<stream_sink> sink, clock::time_point submitted,
                                end_hook on_end) {
   self->state.sink = std::move(sink);
   self->state.on_end = std::move(on_end);
   self->state.submitted = submitted;
-  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      logging::get("scheduler")->error("session: {}", x.what());
-    } catch (...) {
-      logging::get("scheduler")->error("session: unknown exception");
-    }
-    return caf::sec::runtime_error;
-  });
+  self->set_exception_handler(log_and_stop("scheduler", spdlog::level::err, "session"));
   return {
     [self](tokens_atom, const std::vector<token_id>& tokens) {
       auto& st = self->state;

@@ -1,5 +1,8 @@
 #include "backends/sim_backend.hpp"
 
+#include "common/align.hpp"
+#include "common/random.hpp"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,28 +21,14 @@ namespace kvlane::backends {
 
 namespace {
 
-// --- hashing and the cheap PRNG (splitmix64) --------------------------------
-
-constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
-
-std::uint64_t next_u64(std::uint64_t& state) noexcept {
-  state += 0x9E3779B97F4A7C15ull;
-  return mix64(state);
-}
+// --- the cheap PRNG: splitmix64 (common/random.hpp, which also hashes) ------
 
 double uniform01(std::uint64_t& state) noexcept {
-  return static_cast<double>(next_u64(state) >> 11) * 0x1p-53;
+  return unit_double(splitmix64(state));
 }
 
 float unit_float(std::uint64_t& state) noexcept {
-  return static_cast<float>(next_u64(state) >> 40) * 0x1p-24f;
+  return static_cast<float>(splitmix64(state) >> 40) * 0x1p-24f;
 }
 
 // --- what a step writes into KV memory ---------------------------------------
@@ -172,11 +161,6 @@ void sleep_until_ns(std::int64_t deadline_ns) {
 }
 
 // --- memory ------------------------------------------------------------------
-
-std::size_t page_size() noexcept {
-  static const std::size_t size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  return size;
-}
 
 bool all_zero(const std::byte* p, std::size_t n) noexcept {
   static const std::byte zeros[4096] = {};

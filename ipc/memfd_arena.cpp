@@ -1,5 +1,7 @@
 #include "ipc/memfd_arena.hpp"
 
+#include "common/align.hpp"
+
 #include <cassert>
 #include <cerrno>
 #include <cstring>
@@ -67,11 +69,6 @@ memfd_arena::mapping& memfd_arena::mapping::operator=(mapping&& other) noexcept 
 memfd_arena::mapping::~mapping() {
   if (data_ != nullptr)
     ::munmap(data_, size_);
-}
-
-std::uint64_t memfd_arena::page_size() noexcept {
-  static const std::uint64_t size = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  return size;
 }
 
 expected<memfd_arena, store_error> memfd_arena::create(std::string_view name,

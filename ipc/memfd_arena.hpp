@@ -60,7 +60,7 @@ public:
   /// The memfd (MFD_CLOEXEC). Owned by the arena: dup it to keep it longer.
   int fd() const noexcept { return fd_.get(); }
 
-  /// Reserved size in bytes (a multiple of page_size()).
+  /// Reserved size in bytes (a multiple of kvlane::page_size()).
   std::uint64_t size() const noexcept { return map_.size(); }
 
   /// Base of the mapping.
@@ -70,14 +70,11 @@ public:
   std::span<std::byte> bytes(std::uint64_t offset, std::uint64_t length) const noexcept;
 
   /// Returns the pages of [offset, offset + length) to the OS; they read as
-  /// zero afterwards. offset and length must be multiples of page_size().
+  /// zero afterwards. offset and length must be multiples of kvlane::page_size().
   expected<void, store_error> release(std::uint64_t offset, std::uint64_t length) const;
 
   /// Bytes the kernel really holds for the memfd (fstat st_blocks * 512).
   expected<std::uint64_t, store_error> committed_bytes() const;
-
-  /// The OS page size: the granularity of commit and release.
-  static std::uint64_t page_size() noexcept;
 
 private:
   class owned_fd {

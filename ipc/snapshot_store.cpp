@@ -1,5 +1,6 @@
 #include "ipc/snapshot_store.hpp"
 
+#include "common/align.hpp"
 #include "common/logging.hpp"
 #include "ipc/checksum.hpp"
 
@@ -14,10 +15,6 @@
 namespace kvlane::ipc {
 
 namespace {
-
-std::uint64_t round_up(std::uint64_t n, std::uint64_t unit) noexcept {
-  return (n + unit - 1) / unit * unit;
-}
 
 unexpected<store_error> fail(store_errc code, std::string message) {
   return unexpected(store_error{code, std::move(message)});
@@ -53,11 +50,11 @@ snapshot_store::~snapshot_store() = default;
 expected<std::unique_ptr<snapshot_store>, store_error>
 snapshot_store::create(memfd_arena arena, store_options options) {
   const std::uint64_t gran = options.granularity;
-  if (gran < memfd_arena::page_size() || (gran & (gran - 1)) != 0)
+  if (gran < page_size() || (gran & (gran - 1)) != 0)
     return fail(store_errc::invalid_argument,
                 "granularity " + std::to_string(gran)
                   + " must be a power of two of at least the page size ("
-                  + std::to_string(memfd_arena::page_size()) + ")");
+                  + std::to_string(page_size()) + ")");
   const std::uint64_t capacity = arena.size() / gran * gran;
   if (capacity == 0)
     return fail(store_errc::invalid_argument, "arena is smaller than one allocation unit");
@@ -139,7 +136,7 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
     }
     for (const extent& x : limbo)
       carve_locked(x.offset, x.size);
-    const std::uint64_t written_end = lo + round_up(bytes, memfd_arena::page_size());
+    const std::uint64_t written_end = lo + round_up(bytes, page_size());
     if (!victims.empty() && written_end < hi)
       tail.push_back({written_end, hi - written_end});
 

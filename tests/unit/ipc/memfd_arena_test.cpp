@@ -1,5 +1,7 @@
 #include "ipc/memfd_arena.hpp"
 
+#include "common/align.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -43,9 +45,9 @@ TEST_CASE("memfd_arena: committed bytes follow written pages and fall back after
 }
 
 TEST_CASE("memfd_arena: size is rounded up to the page and the fd is close-on-exec") {
-  auto sut = memfd_arena::create("kvlane-test-arena", memfd_arena::page_size() + 1);
+  auto sut = memfd_arena::create("kvlane-test-arena", kvlane::page_size() + 1);
   REQUIRE(sut);
-  CHECK(sut->size() == 2 * memfd_arena::page_size());
+  CHECK(sut->size() == 2 * kvlane::page_size());
   CHECK(sut->fd() >= 0);
   CHECK((::fcntl(sut->fd(), F_GETFD) & FD_CLOEXEC) != 0);
 }
@@ -57,7 +59,7 @@ TEST_CASE("memfd_arena: rejects a zero size and unaligned or out-of-range releas
 
   auto sut = memfd_arena::create("kvlane-test-arena", 4 * mib);
   REQUIRE(sut);
-  const auto page = memfd_arena::page_size();
+  const auto page = kvlane::page_size();
   CHECK(sut->release(1, page).error().code == store_errc::invalid_argument);
   CHECK(sut->release(0, page + 1).error().code == store_errc::invalid_argument);
   CHECK(sut->release(4 * mib, page).error().code == store_errc::invalid_argument);
