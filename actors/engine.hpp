@@ -4,14 +4,17 @@
 //
 // Owns the shared snapshot store and, per configured model, its backend and
 // scheduler actor (which owns the model's two lanes). submit() validates a
-// request synchronously — unknown model, bad sampling parameters, a request
-// larger than the model's context, an empty prompt — and on success returns
-// the request's token_stream at once; nothing else is disturbed by a bad
-// request. Used by tests, benchmarks and (later) the IPC gateway.
+// request synchronously — draining, unknown model, bad sampling parameters, a
+// request larger than the model's context, an empty prompt — and on success
+// returns at once, with the request's token_stream or, given a stream_sink,
+// its sequence id; nothing else is disturbed by a bad request. Used by the
+// daemon (each client connection submits through it, the admin socket lists,
+// cancels and reloads through it), by tests and by benchmarks.
 //
-// Threading: submit(), stats() and store_stats() are thread-safe. shutdown()
-// and the destructor run on the owner's thread; after shutdown() every
-// submit() fails with shutting_down.
+// Threading: submit(), cancel(), list(), stats(), store_stats(),
+// update_policy() and set_admitting() are thread-safe. shutdown() and the
+// destructor run on the owner's thread; after shutdown() every submit() fails
+// with shutting_down.
 
 #include "actors/engine_config.hpp"
 #include "actors/scheduler.hpp"

@@ -7,7 +7,9 @@
 // session owns everything the consumer sees: token delivery in order, the
 // request's timings (time to first token, time per output token, end to end)
 // and the end of the stream. The consumer side is a stream_sink: the
-// in-process token_stream now, the client connection's actor later.
+// in-process token_stream (actors/token_stream.hpp), or a client connection's
+// sink that writes the tokens as records into its events ring
+// (daemon/client_session.cpp).
 //
 // Threading: a CAF event-based actor. The sink is called from the actor's
 // worker thread, one call at a time, and must not block.
