@@ -253,8 +253,7 @@ bool client_session::handle_record(const proto::record_bytes& raw) {
     std::uint32_t limit = static_cast<std::uint32_t>(limits_.max_prompt_bytes);
     if (const auto* m = engine_.find_model(model_name); m && s->kind == proto::prompt_kind::tokens)
       limit = static_cast<std::uint32_t>(std::min<std::uint64_t>(4ull * m->info.max_context, limit));
-    expected<std::optional<proto::complete_submit>, proto::protocol_error> r =
-      std::optional<proto::complete_submit>{};
+    request_tracker::result r = std::optional<complete_submit>{};
     {
       std::lock_guard lock{mu_};
       r = tracker_.on_submit(std::move(*s), limit);
@@ -277,8 +276,7 @@ bool client_session::handle_record(const proto::record_bytes& raw) {
   }
   if (auto* c = std::get_if<proto::chunk_rec>(&*rec)) {
     const auto id = c->request_id;
-    expected<std::optional<proto::complete_submit>, proto::protocol_error> r =
-      std::optional<proto::complete_submit>{};
+    request_tracker::result r = std::optional<complete_submit>{};
     {
       std::lock_guard lock{mu_};
       r = tracker_.on_chunk(std::move(*c));

@@ -26,6 +26,7 @@
 #include "common/expected.hpp"
 #include "daemon/client_session.hpp"
 #include "daemon/config.hpp"
+#include "ipc/control_codec.hpp"
 #include "ipc/peer_access.hpp"
 
 #include <atomic>
