@@ -28,7 +28,7 @@ TEST_CASE("random: a xoshiro256** state is seeded by four successive splitmix64 
     CHECK(word == splitmix64(state));
 }
 
-TEST_CASE("random: unit_double maps the top 53 bits onto [0, 1)") {
+TEST_CASE("random: unit_double maps the top 53 bits onto the unit interval, 1 excluded") {
   CHECK(unit_double(0) == 0.0);
   CHECK(unit_double(~std::uint64_t{0}) < 1.0);
   CHECK(unit_double(~std::uint64_t{0}) == 1.0 - 0x1.0p-53);
