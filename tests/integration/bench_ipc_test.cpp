@@ -3,7 +3,7 @@
 #include "tools/bench/bench_cli.hpp"
 #include "tools/bench/ipc_driver.hpp"
 #include "tools/bench/report.hpp"
-#include "tests/support/child_process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 #include "tests/support/bench_profile.hpp"
 

@@ -11,6 +11,7 @@
 #include "ipc/spsc_ring.hpp"
 #include "tests/integration/ipc_requests.hpp"
 #include "tests/support/child_process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 #include <kvlane/client.hpp>
 
@@ -35,6 +36,7 @@
 
 using namespace std::chrono_literals;
 using kvlane::test::child_process;
+using kvlane::test::spawn;
 using kvlane::test::temp_dir;
 namespace proto = kvlane::ipc::proto;
 namespace client = kvlane::client;
@@ -81,7 +83,7 @@ struct daemon_fixture {
     config_text = ipc_config(run_dir, time_scale, extra_model);
     config_text += extra;
     auto cfg = dir.write("kvlane.toml", config_text);
-    proc = std::make_unique<child_process>(KVLANED_PATH, std::vector<std::string>{"--config", cfg});
+    proc = std::make_unique<child_process>(spawn(KVLANED_PATH, {"--config", cfg}));
     REQUIRE(proc->wait_for_output("ready:", 20s));
     ::chmod(run_dir.c_str(), 0755);
   }
@@ -310,10 +312,10 @@ TEST_CASE("client ipc: 8 client processes x 20 mixed requests each get exactly t
   daemon_fixture d{1000};
   std::vector<std::unique_ptr<child_process>> apps;
   for (int c = 0; c < 8; ++c)
-    apps.push_back(std::make_unique<child_process>(
+    apps.push_back(std::make_unique<child_process>(spawn(
       KVLANE_TEST_CLIENT_PATH,
       std::vector<std::string>{"--socket", d.socket, "--client", std::to_string(c), "--mode", "mixed",
-                               "--requests", "20"}));
+                               "--requests", "20"})));
   std::vector<client::request> reqs;
   for (int c = 0; c < 8; ++c)
     for (int i = 0; i < 20; ++i)
@@ -359,9 +361,9 @@ TEST_CASE("client ipc: kill -9 of a client mid-stream frees its sequences and st
   // Slow enough that every stream is still running when the victim dies.
   daemon_fixture d{10};
   auto watcher = d.connect("watcher");
-  child_process victim{KVLANE_TEST_CLIENT_PATH,
-                       {"--socket", d.socket, "--client", "7", "--mode", "hang", "--requests", "6",
-                        "--max-tokens", "200"}};
+  auto victim = spawn(KVLANE_TEST_CLIENT_PATH,
+                      {"--socket", d.socket, "--client", "7", "--mode", "hang", "--requests", "6",
+                       "--max-tokens", "200"});
   REQUIRE(victim.wait_for_output("STREAMING", 20s));
 
   // Another client's two interactive streams outrank the victim's batch ones:
@@ -614,8 +616,8 @@ TEST_CASE("client ipc: users outside allow_users are refused, a closed socket mo
   }
   SUBCASE("not allowed") {
     daemon_fixture d{1000, "[clients]\nallow_users = [\"root\"]\n"};
-    child_process app{KVLANE_TEST_CLIENT_PATH,
-                      {"--socket", d.socket, "--mode", "connect", "--uid", "65534"}};
+    auto app = spawn(KVLANE_TEST_CLIENT_PATH,
+                     {"--socket", d.socket, "--mode", "connect", "--uid", "65534"});
     auto rc = app.wait_exit(20s);
     REQUIRE(rc);
     CAPTURE(app.output());
@@ -625,8 +627,8 @@ TEST_CASE("client ipc: users outside allow_users are refused, a closed socket mo
   }
   SUBCASE("socket mode 0600") {
     daemon_fixture d{1000, "[clients]\nsocket_mode = 0o600\n"};
-    child_process app{KVLANE_TEST_CLIENT_PATH,
-                      {"--socket", d.socket, "--mode", "connect", "--uid", "65534"}};
+    auto app = spawn(KVLANE_TEST_CLIENT_PATH,
+                     {"--socket", d.socket, "--mode", "connect", "--uid", "65534"});
     auto rc = app.wait_exit(20s);
     REQUIRE(rc);
     CAPTURE(app.output());
@@ -668,14 +670,14 @@ TEST_CASE("client ipc: kvlane run streams the answer and explains a missing daem
   daemon_fixture d{1000};
   const auto r = kvlane::test::ipc_recipe(0, 2, 20);
   const auto expect = expected_outcomes(d.config_text, {r});
-  child_process run{KVLANE_CLI_PATH,
-                    {"run", "--socket", d.socket, "--model", "tiny", "--max-tokens", "20", r.prompt}};
+  auto run = spawn(KVLANE_CLI_PATH,
+                   {"run", "--socket", d.socket, "--model", "tiny", "--max-tokens", "20", r.prompt});
   auto rc = run.wait_exit(20s);
   REQUIRE(rc);
   CHECK(*rc == 0);
   CHECK(run.output() == expect[0].text + "\n");
 
-  child_process none{KVLANE_CLI_PATH, {"run", "--socket", d.run_dir + "/gone.sock", "hi"}};
+  auto none = spawn(KVLANE_CLI_PATH, {"run", "--socket", d.run_dir + "/gone.sock", "hi"});
   rc = none.wait_exit(20s);
   REQUIRE(rc);
   CHECK(*rc == 69);
@@ -693,14 +695,14 @@ TEST_CASE("client ipc: the C and C++ examples stream an answer through the defau
   ::setenv("KVLANE_SOCKET", d.socket.c_str(), 1);
   for (const char* exe : {KVLANE_EXAMPLE_C_PATH, KVLANE_EXAMPLE_CPP_PATH}) {
     CAPTURE(exe);
-    child_process app{exe, {"Hello"}};
+    auto app = spawn(exe, {"Hello"});
     auto rc = app.wait_exit(20s);
     REQUIRE(rc);
     CHECK(*rc == 0);
     CHECK(app.output() == expect[0].text + "\n");
   }
   ::setenv("KVLANE_SOCKET", (d.run_dir + "/absent.sock").c_str(), 1);
-  child_process app{KVLANE_EXAMPLE_C_PATH, {}};
+  auto app = spawn(KVLANE_EXAMPLE_C_PATH, {});
   auto rc = app.wait_exit(20s);
   ::unsetenv("KVLANE_SOCKET");
   REQUIRE(rc);

@@ -1,6 +1,7 @@
 // kvlaned's lifecycle, run as a real process: start-up, readiness, ordered
 // shutdown on SIGTERM/SIGINT, --check, and exit codes.
 #include "tests/support/child_process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 #include <doctest/doctest.h>
 
@@ -10,6 +11,7 @@
 
 using namespace std::chrono_literals;
 using kvlane::test::child_process;
+using kvlane::test::spawn;
 using kvlane::test::temp_dir;
 
 namespace {
@@ -46,7 +48,7 @@ slots = 2
 max_context = 128
 snapshot_bytes = "512KiB"
 )"));
-  child_process sut{KVLANED_PATH, {"--config", cfg}};
+  auto sut = spawn(KVLANED_PATH, {"--config", cfg});
   REQUIRE(sut.wait_for_output("ready: 2 model(s)", 20s));
   CHECK(sut.output().find("model 'tiny' loaded on backend 'sim': 4 slots, max context 256")
         != std::string::npos);
@@ -71,7 +73,7 @@ snapshot_bytes = "512KiB"
 TEST_CASE("kvlaned: SIGINT (Ctrl-C) stops it with exit code 0") {
   temp_dir dir;
   auto cfg = dir.write("kvlane.toml", small_config(dir));
-  child_process sut{KVLANED_PATH, {"--config", cfg}};
+  auto sut = spawn(KVLANED_PATH, {"--config", cfg});
   REQUIRE(sut.wait_for_output("ready:", 20s));
   sut.signal(SIGINT);
   auto rc = sut.wait_exit(20s);
@@ -83,7 +85,7 @@ TEST_CASE("kvlaned: SIGINT (Ctrl-C) stops it with exit code 0") {
 TEST_CASE("kvlaned: --check accepts a valid config with exit code 0") {
   temp_dir dir;
   auto cfg = dir.write("kvlane.toml", small_config(dir));
-  child_process sut{KVLANED_PATH, {"--config", cfg, "--check"}};
+  auto sut = spawn(KVLANED_PATH, {"--config", cfg, "--check"});
   auto rc = sut.wait_exit(20s);
   REQUIRE(rc.has_value());
   CHECK(*rc == 0);
@@ -91,7 +93,7 @@ TEST_CASE("kvlaned: --check accepts a valid config with exit code 0") {
 }
 
 TEST_CASE("kvlaned: --check accepts the shipped etc/kvlane.toml") {
-  child_process sut{KVLANED_PATH, {"--config", KVLANE_SOURCE_DIR "/etc/kvlane.toml", "--check"}};
+  auto sut = spawn(KVLANED_PATH, {"--config", KVLANE_SOURCE_DIR "/etc/kvlane.toml", "--check"});
   auto rc = sut.wait_exit(20s);
   REQUIRE(rc.has_value());
   CHECK(*rc == 0);
@@ -102,7 +104,7 @@ TEST_CASE("kvlaned: --check rejects a bad value with exit code 1, naming key and
   auto text = small_config(dir);
   text.replace(text.find("slots = 4"), 9, "slots = 0");
   auto cfg = dir.write("kvlane.toml", text);
-  child_process sut{KVLANED_PATH, {"--config", cfg, "--check"}};
+  auto sut = spawn(KVLANED_PATH, {"--config", cfg, "--check"});
   auto rc = sut.wait_exit(20s);
   REQUIRE(rc.has_value());
   CHECK(*rc == 1);
@@ -113,7 +115,7 @@ TEST_CASE("kvlaned: --check rejects a bad value with exit code 1, naming key and
 TEST_CASE("kvlaned: an invalid config at start-up exits with the config error code 78") {
   temp_dir dir;
   auto cfg = dir.write("kvlane.toml", "version = 2\n");
-  child_process sut{KVLANED_PATH, {"--config", cfg}};
+  auto sut = spawn(KVLANED_PATH, {"--config", cfg});
   auto rc = sut.wait_exit(20s);
   REQUIRE(rc.has_value());
   CHECK(*rc == 78);
@@ -121,7 +123,7 @@ TEST_CASE("kvlaned: an invalid config at start-up exits with the config error co
 }
 
 TEST_CASE("kvlaned: a missing config file exits 78 and names the path") {
-  child_process sut{KVLANED_PATH, {"--config", "/nonexistent/kvlane.toml"}};
+  auto sut = spawn(KVLANED_PATH, {"--config", "/nonexistent/kvlane.toml"});
   auto rc = sut.wait_exit(20s);
   REQUIRE(rc.has_value());
   CHECK(*rc == 78);
@@ -135,7 +137,7 @@ TEST_CASE("kvlaned: a runtime failure at start-up exits 70, distinct from config
   auto text = small_config(dir);
   text.replace(text.find("/run\""), 5, "/file/run\"");
   auto cfg = dir.write("kvlane.toml", text);
-  child_process sut{KVLANED_PATH, {"--config", cfg}};
+  auto sut = spawn(KVLANED_PATH, {"--config", cfg});
   auto rc = sut.wait_exit(20s);
   REQUIRE(rc.has_value());
   CHECK(*rc == 70);
@@ -143,7 +145,7 @@ TEST_CASE("kvlaned: a runtime failure at start-up exits 70, distinct from config
 }
 
 TEST_CASE("kvlaned: an unknown command-line argument is a usage error (64)") {
-  child_process sut{KVLANED_PATH, {"--frobnicate"}};
+  auto sut = spawn(KVLANED_PATH, {"--frobnicate"});
   auto rc = sut.wait_exit(20s);
   REQUIRE(rc.has_value());
   CHECK(*rc == 64);

@@ -1,6 +1,7 @@
 // Operating kvlaned as a real process: the admin CLI, systemd notifications
 // and watchdog, SIGTERM grace, SIGHUP reload, HTTP metrics.
 #include "tests/support/child_process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 #include <kvlane/client.hpp>
 
@@ -17,6 +18,7 @@
 
 using namespace std::chrono_literals;
 using kvlane::test::child_process;
+using kvlane::test::spawn;
 using kvlane::test::temp_dir;
 using json = nlohmann::json;
 namespace client = kvlane::client;
@@ -53,8 +55,8 @@ struct daemon_fixture {
 
   explicit daemon_fixture(std::string_view extra = "", std::vector<std::string> env = {}) {
     config_path = dir.write("kvlane.toml", ops_config(run_dir, extra));
-    proc = std::make_unique<child_process>(KVLANED_PATH, std::vector<std::string>{"--config", config_path},
-                                           env);
+    proc = std::make_unique<child_process>(
+      spawn(KVLANED_PATH, {"--config", config_path}, std::move(env)));
     REQUIRE(proc->wait_for_output("ready:", 20s));
   }
 
@@ -71,7 +73,7 @@ struct daemon_fixture {
   std::pair<int, std::string> cli(std::vector<std::string> args) {
     args.push_back("--socket");
     args.push_back(run_dir + "/kvlane-admin.sock");
-    child_process p{KVLANE_CLI_PATH, args};
+    auto p = spawn(KVLANE_CLI_PATH, args);
     auto rc = p.wait_exit(30s);
     REQUIRE(rc.has_value());
     return {*rc, p.output()};
@@ -170,7 +172,7 @@ TEST_CASE("operations: kvlane status, ps, cancel, metrics, log-level, drain and 
 
   // Malformed use of the CLI and a missing daemon are explained.
   CHECK(d.cli({"cancel", "abc"}).first == 64);
-  child_process none{KVLANE_CLI_PATH, {"status", "--socket", d.dir.path() + "/nope.sock"}};
+  auto none = spawn(KVLANE_CLI_PATH, {"status", "--socket", d.dir.path() + "/nope.sock"});
   auto none_rc = none.wait_exit(10s);
   REQUIRE(none_rc);
   CHECK(*none_rc == 2);
@@ -200,8 +202,8 @@ TEST_CASE("operations: systemd sees READY after the sockets accept, watchdog pin
   temp_dir dir;
   auto run_dir = dir.path() + "/run";
   auto cfg = dir.write("kvlane.toml", ops_config(run_dir));
-  child_process d{KVLANED_PATH, {"--config", cfg},
-                  {"NOTIFY_SOCKET=" + notify_path, "WATCHDOG_USEC=400000"}};
+  auto d = spawn(KVLANED_PATH, {"--config", cfg},
+                 {"NOTIFY_SOCKET=" + notify_path, "WATCHDOG_USEC=400000"});
   std::string msg;
   do {
     msg = receive(20s);
@@ -262,7 +264,7 @@ TEST_CASE("operations: SIGTERM under heavy load exits within the grace and tells
   text.replace(text.find("shutdown_timeout_ms = 5000"), 26,
                "shutdown_timeout_ms = 5000\nshutdown_grace_ms = 300");
   auto cfg = dir.write("kvlane.toml", text);
-  child_process d{KVLANED_PATH, {"--config", cfg}};
+  auto d = spawn(KVLANED_PATH, {"--config", cfg});
   REQUIRE(d.wait_for_output("ready:", 20s));
   std::vector<std::unique_ptr<client::connection>> conns;
   std::vector<std::shared_ptr<client::stream>> streams;
@@ -356,11 +358,11 @@ TEST_CASE("operations: HTTP metrics on loopback parse and count requests") {
   auto s = c->submit(long_request(5));
   REQUIRE(s);
   REQUIRE((*s)->wait(10s));
-  child_process curl{"/usr/bin/env",
-                     {"bash", "-c",
-                      fmt::format("exec 3<>/dev/tcp/127.0.0.1/{} && printf 'GET /metrics "
-                                  "HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3",
-                                  port)}};
+  auto curl = spawn("/usr/bin/env",
+                    {"bash", "-c",
+                     fmt::format("exec 3<>/dev/tcp/127.0.0.1/{} && printf 'GET /metrics "
+                                 "HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3",
+                                 port)});
   auto rc = curl.wait_exit(10s);
   REQUIRE(rc);
   CHECK(*rc == 0);

@@ -3,7 +3,7 @@
 // The bench profile shrunk for tests: 4 slots, short contexts, 500x faster
 // than real time. Shared by the in-process and the IPC bench tests.
 
-#include "tools/bench/bench_cli.hpp"
+#include "tools/bench/bench_profile.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // The admin protocol: commands on a live engine, and the socket transport.
 #include "daemon/admin_commands.hpp"
 #include "daemon/admin_server.hpp"
-#include "tests/support/child_process.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tests/unit/actors/engine_fixture.hpp"
 
 #include <doctest/doctest.h>
