@@ -1,20 +1,16 @@
 #include "tools/admin_client.hpp"
 
 #include "daemon/app.hpp"
+#include "tools/admin_connection.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
-#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <csignal>
-#include <cstring>
-#include <optional>
 #include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -46,78 +42,7 @@ int fail(int code, const std::string& message) {
   return code;
 }
 
-// One admin connection; each request gets one response line.
-class connection {
-public:
-  static std::optional<connection> open(const std::string& path, std::string& error) {
-    sockaddr_un addr{};
-    if (path.size() >= sizeof addr.sun_path) {
-      error = "socket path too long: " + path;
-      return std::nullopt;
-    }
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      int e = errno;
-      ::close(fd);
-      if (e == ENOENT || e == ECONNREFUSED)
-        error = fmt::format("kvlaned is not running (no admin socket at {})", path);
-      else if (e == EACCES || e == EPERM)
-        error = fmt::format("permission denied on {}: this user is not a kvlane admin", path);
-      else
-        error = fmt::format("cannot connect to {}: {}", path, std::strerror(e));
-      return std::nullopt;
-    }
-    return connection{fd};
-  }
-
-  connection(connection&& o) noexcept : fd_(std::exchange(o.fd_, -1)), buf_(std::move(o.buf_)) {}
-  ~connection() {
-    if (fd_ >= 0)
-      ::close(fd_);
-  }
-
-  /// Sends a request; returns the parsed response or an error message.
-  std::optional<json> ask(const json& request, std::string& error) {
-    auto line = request.dump() + "\n";
-    if (::send(fd_, line.data(), line.size(), MSG_NOSIGNAL) != ssize_t(line.size())) {
-      error = "the daemon closed the admin connection";
-      return std::nullopt;
-    }
-    auto deadline = std::chrono::steady_clock::now() + 30s;
-    for (;;) {
-      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
-        auto reply = json::parse(buf_.substr(0, nl), nullptr, false);
-        buf_.erase(0, nl + 1);
-        if (reply.is_discarded()) {
-          error = "the daemon sent a malformed response";
-          return std::nullopt;
-        }
-        return reply;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-      pollfd p{fd_, POLLIN, 0};
-      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
-        error = "the daemon did not answer within 30 s";
-        return std::nullopt;
-      }
-      char chunk[65536];
-      auto n = ::recv(fd_, chunk, sizeof chunk, 0);
-      if (n <= 0) {
-        error = "the daemon closed the admin connection";
-        return std::nullopt;
-      }
-      buf_.append(chunk, static_cast<std::size_t>(n));
-    }
-  }
-
-private:
-  explicit connection(int fd) : fd_(fd) {}
-  int fd_;
-  std::string buf_;
-};
+constexpr auto reply_timeout = 30s;
 
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -178,16 +103,17 @@ void print_ps(const json& r) {
 }
 
 // The live view: per-slot state, lanes, tokens/s, store usage.
-int run_top(connection& c) {
+int run_top(admin_connection& c) {
   std::uint64_t last_tokens = 0;
   auto last_time = std::chrono::steady_clock::now();
   bool first = true;
   for (;;) {
-    std::string err;
-    auto st = c.ask({{"cmd", "status"}}, err);
-    auto ps = st ? c.ask({{"cmd", "ps"}}, err) : std::nullopt;
-    if (!st || !ps)
-      return fail(2, err);
+    auto st = c.ask({{"cmd", "status"}}, reply_timeout);
+    if (!st)
+      return fail(2, st.error().message);
+    auto ps = c.ask({{"cmd", "ps"}}, reply_timeout);
+    if (!ps)
+      return fail(2, ps.error().message);
     if (st->contains("error"))
       return fail(1, (*st)["error"]["message"].get<std::string>());
     std::uint64_t tokens = 0;
@@ -303,16 +229,15 @@ int admin_main(int argc, char** argv) {
   if (args.size() != want_args)
     return fail(64, fmt::format("{}: expected {} argument(s)\n{}", cmd, want_args, usage_text));
 
-  std::string err;
-  auto c = connection::open(socket, err);
+  auto c = admin_connection::open(socket);
   if (!c)
-    return fail(2, err);
+    return fail(2, c.error().message);
   if (cmd == "top")
     return run_top(*c);
 
-  auto r = c->ask(req, err);
+  auto r = c->ask(req, reply_timeout);
   if (!r)
-    return fail(2, err);
+    return fail(2, r.error().message);
   if (r->contains("error")) {
     if (as_json)
       fmt::print("{}\n", r->dump());
@@ -325,9 +250,9 @@ int admin_main(int argc, char** argv) {
     auto started = std::chrono::steady_clock::now();
     auto initial = (*r)["active"].get<std::uint64_t>();
     for (;;) {
-      auto ps = c->ask({{"cmd", "ps"}}, err);
+      auto ps = c->ask({{"cmd", "ps"}}, reply_timeout);
       if (!ps)
-        return fail(2, err);
+        return fail(2, ps.error().message);
       if ((*ps)["sequences"].empty())
         break;
       std::this_thread::sleep_for(200ms); // a person is waiting, not a test
