@@ -6,17 +6,18 @@
 // apps reach it through a separate daemon process, the client library and
 // shared-memory rings. run_mode_ipc measures that whole path with the same
 // workload, clocks and figures as run_mode: for one mode it writes the run's
-// configuration as a kvlane.toml into a fresh temporary directory (runtime_dir
-// inside it), starts kvlaned as a child process, waits for its "ready:" line
-// on the child's output, connects with the client library, submits every
-// request at its arrival time (simulated seconds / time_scale of wall time)
-// with a callback, and times each request in this process as its tokens
-// arrive. The scheduler's counters come from the daemon's admin socket
-// (`status`, and `metrics` for dumps and loads), its gauges from `status`
-// every ~100 ms of wall time. The store's peaks are not exposed by the
-// daemon: results say so (run_result::store_peaks_known = false) instead of
-// estimating them. The daemon is stopped with SIGTERM (again if it lingers)
-// and must exit 0.
+// configuration as a kvlane.toml (config_toml) into a fresh temporary
+// directory with runtime_dir inside it, starts kvlaned as a child process
+// (common/child_process), waits for its "ready:" line on the child's output,
+// connects with the client library, submits every request at its arrival
+// time (simulated seconds / time_scale of wall time) with a callback, and
+// times each request in this process as its tokens arrive. The scheduler's
+// counters come from the daemon's admin socket (tools/admin_connection:
+// `status`, read by admin_status, and `metrics` for dumps and loads), its
+// gauges from `status` every ~100 ms of wall time, the store's peaks from the
+// last `status` (run_result::store_peaks_known = false when the daemon does
+// not report them, instead of an estimate). The daemon is stopped with
+// SIGTERM (again if it lingers) and must exit 0.
 //
 // Connections: one per request class (interactive, batch), both named
 // "bench". A connection runs one reader thread, so this keeps the bench's
@@ -48,10 +49,6 @@ struct ipc_run_options {
 
 /// The kvlaned next to the running program (/proc/self/exe), or "" if unknown.
 std::string default_kvlaned_path();
-
-/// `cfg` as a kvlane.toml: every key written, so that daemon::parse gives
-/// back the same configuration.
-std::string config_toml(const daemon::config& cfg);
 
 /// Runs `requests` (in arrival order) through a fresh kvlaned in `mode`.
 /// Fails if the daemon cannot be started, reached or stopped cleanly (exit

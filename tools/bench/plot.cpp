@@ -1,12 +1,16 @@
 #include "tools/bench/plot.hpp"
 
+#include "common/child_process.hpp"
+
 #include <fmt/format.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -121,19 +125,22 @@ expected<void, std::string> render(const plot_page& page, const std::string& png
     return unexpected(fmt::format("gnuplot is not installed (scripts/bootstrap --bench installs "
                                   "gnuplot-nox); no PNG written. The plot script is {}",
                                   script_path));
-  const pid_t pid = ::fork();
-  if (pid < 0)
-    return unexpected(fmt::format("cannot start gnuplot: {}", std::strerror(errno)));
-  if (pid == 0) {
-    ::execl(gnuplot->c_str(), "gnuplot", script_path.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
+  child_options o;
+  o.args = {script_path};
+  // gnuplot's own messages (warnings, errors) reach the user as before.
+  o.on_line = [](std::string_view l) {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(l.size()), l.data());
+  };
+  auto child = child_process::start(*gnuplot, std::move(o));
+  if (!child)
+    return unexpected(fmt::format("cannot start gnuplot: {}", child.error()));
+  const auto status = child->wait_exit(std::chrono::minutes{2});
+  if (!status) {
+    child->signal(SIGKILL);
+    return unexpected(fmt::format("gnuplot did not finish {} within 2 minutes", script_path));
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR)
-      return unexpected(fmt::format("waiting for gnuplot: {}", std::strerror(errno)));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return unexpected(fmt::format("gnuplot failed on {} (status {})", script_path, status));
+  if (*status != 0)
+    return unexpected(fmt::format("gnuplot failed on {} (status {})", script_path, *status));
   return {};
 }
 

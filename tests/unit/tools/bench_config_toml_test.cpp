@@ -1,12 +1,12 @@
-#include "tools/bench/bench_cli.hpp"
-#include "tools/bench/ipc_driver.hpp"
+#include "tools/bench/bench_profile.hpp"
+#include "tools/bench/config_toml.hpp"
 
 #include <doctest/doctest.h>
 
 using namespace kvlane;
 using namespace kvlane::tools::bench;
 
-TEST_CASE("bench ipc driver: the written kvlane.toml parses back to the same configuration") {
+TEST_CASE("bench config_toml: the written kvlane.toml parses back to the same configuration") {
   auto cfg = builtin_profile();
   REQUIRE(cfg.has_value());
   // Away from the defaults wherever a key could be written wrongly.
@@ -31,7 +31,9 @@ TEST_CASE("bench ipc driver: the written kvlane.toml parses back to the same con
   cfg->admin.allow_groups = {"kvlane-admins"};
   cfg->metrics.listen = "127.0.0.1:9464";
 
-  auto sut = daemon::parse(config_toml(*cfg), "<written>");
+  auto text = config_toml(*cfg);
+  REQUIRE_MESSAGE(text.has_value(), (text ? std::string{} : text.error()));
+  auto sut = daemon::parse(*text, "<written>");
   REQUIRE_MESSAGE(sut.has_value(), (sut ? std::string{} : sut.error().message));
   CHECK(sut->daemon == cfg->daemon);
   CHECK(sut->models == cfg->models);
@@ -40,4 +42,13 @@ TEST_CASE("bench ipc driver: the written kvlane.toml parses back to the same con
   CHECK(sut->clients == cfg->clients);
   CHECK(sut->admin == cfg->admin);
   CHECK(sut->metrics == cfg->metrics);
+}
+
+TEST_CASE("bench config_toml: an integer TOML cannot hold is an error that names its key") {
+  auto cfg = builtin_profile();
+  REQUIRE(cfg.has_value());
+  cfg->models.front().sim.seed = 1ull << 63;
+  auto sut = config_toml(*cfg);
+  REQUIRE_FALSE(sut.has_value());
+  CHECK(sut.error().find("model[0].sim.seed") != std::string::npos);
 }
