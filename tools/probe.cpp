@@ -1,6 +1,9 @@
 #include "tools/probe.hpp"
 
+#include "tools/json_figure.hpp"
+
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <barrier>
@@ -256,25 +259,35 @@ std::string format_text(const probe_report& r) {
 }
 
 std::string format_json(const probe_report& r) {
-  std::string s;
-  auto out = std::back_inserter(s);
+  using json = nlohmann::ordered_json;
   const auto& i = r.info;
-  fmt::format_to(out,
-                 "{{\"backend\":\"{}\",\"model\":\"{}\",\"slots\":{},\"max_context\":{},"
-                 "\"max_prefill_chunk\":{},\"clock_scale\":{},\"steps\":[",
-                 i.kind, i.model, i.slots, i.max_context, i.max_prefill_chunk, r.clock_scale);
-  for (std::size_t k = 0; k < r.steps.size(); ++k)
-    fmt::format_to(out, "{}{{\"rows\":{},\"tokens_per_row\":{},\"ms\":{:.4f}}}", k ? "," : "",
-                   r.steps[k].rows, r.steps[k].tokens_per_row, r.steps[k].ms);
-  fmt::format_to(out,
-                 "],\"step_base_ms\":{:.4f},\"step_per_token_ms\":{:.4f},\"snapshot_tokens\":{},"
-                 "\"snapshot_bytes\":{},\"dump_ms\":{:.4f},\"load_ms\":{:.4f},\"dump_gib_s\":{:.4f},"
-                 "\"load_gib_s\":{:.4f},\"overlap_measured\":{},\"serial_ms\":{:.4f},"
-                 "\"concurrent_ms\":{:.4f},\"overlap\":{:.4f},\"claims_overlap\":{}}}",
-                 r.step_base_ms, r.step_per_token_ms, r.snapshot_tokens, r.snapshot_bytes,
-                 r.dump_ms, r.load_ms, r.dump_gib_s, r.load_gib_s, r.overlap_measured,
-                 r.serial_ms, r.concurrent_ms, r.overlap, i.caps.transfer_overlaps_compute);
-  return s;
+  json steps = json::array();
+  for (const auto& st : r.steps)
+    steps.push_back(json{{"rows", st.rows},
+                         {"tokens_per_row", st.tokens_per_row},
+                         {"ms", json_figure(st.ms)}});
+  const json doc{{"backend", i.kind},
+                 {"model", i.model},
+                 {"slots", i.slots},
+                 {"max_context", i.max_context},
+                 {"max_prefill_chunk", i.max_prefill_chunk},
+                 {"clock_scale", json_figure(r.clock_scale)},
+                 {"steps", std::move(steps)},
+                 {"step_base_ms", json_figure(r.step_base_ms)},
+                 {"step_per_token_ms", json_figure(r.step_per_token_ms)},
+                 {"snapshot_tokens", r.snapshot_tokens},
+                 {"snapshot_bytes", r.snapshot_bytes},
+                 {"dump_ms", json_figure(r.dump_ms)},
+                 {"load_ms", json_figure(r.load_ms)},
+                 {"dump_gib_s", json_figure(r.dump_gib_s)},
+                 {"load_gib_s", json_figure(r.load_gib_s)},
+                 {"overlap_measured", r.overlap_measured},
+                 {"serial_ms", json_figure(r.serial_ms)},
+                 {"concurrent_ms", json_figure(r.concurrent_ms)},
+                 {"overlap", json_figure(r.overlap)},
+                 {"claims_overlap", i.caps.transfer_overlaps_compute}};
+  // Replace, not throw, should a backend report a name with invalid UTF-8.
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 } // namespace kvlane::tools

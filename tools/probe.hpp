@@ -61,7 +61,8 @@ expected<probe_report, backends::backend_error> run_probe(backends::backend& b,
 /// Human-readable report (several lines).
 std::string format_text(const probe_report& r);
 
-/// The same figures as one JSON object.
+/// The same figures as one JSON object on one line; a figure that is not
+/// finite is null (tools/json_figure).
 std::string format_json(const probe_report& r);
 
 } // namespace kvlane::tools

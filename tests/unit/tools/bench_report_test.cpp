@@ -1,5 +1,5 @@
-#include "tools/bench/json_writer.hpp"
 #include "tools/bench/report.hpp"
+#include "tools/bench/report_json.hpp"
 
 #include <doctest/doctest.h>
 
@@ -112,18 +112,22 @@ TEST_CASE("bench report: targets pass and fail on their thresholds and missing m
   CHECK(comparison_targets(modes, false).front().id == "no_overlap_throughput_vs_sync");
 }
 
-TEST_CASE("bench report: the JSON writer nests, escapes and writes non-finite numbers as null") {
-  json_writer sut;
-  sut.begin_object();
-  sut.field("a", 1.5).field("b", std::numeric_limits<double>::quiet_NaN());
-  sut.key("list").begin_array().value(1).value("x\"y\n").end_array();
-  sut.key("empty").begin_object().end_object();
-  sut.field("flag", true);
-  sut.end_object();
-  CHECK(sut.str() == "{\n  \"a\": 1.5,\n  \"b\": null,\n  \"list\": [\n    1,\n    \"x\\\"y\\n\"\n"
-                     "  ],\n  \"empty\": {},\n  \"flag\": true\n}");
-  CHECK(json_number(0.1) == "0.1");
-  CHECK(json_number(123456.78901) == "123456.789");
-  CHECK(json_number(2.0) == "2");
-  CHECK(json_number(-0.00001) == "-1e-05");
+TEST_CASE("bench report: the JSON document parses and keeps its documented key order") {
+  bench_report sut;
+  sut.ctx.command_line = "kvlane-bench --trace \"odd\nname\".csv";
+  sut.ctx.cfg.models.push_back({});
+  sut.ctx.model = sut.ctx.cfg.models[0].name;
+  sut.modes.push_back(summarize(fake_run(daemon::scheduler_mode::overlap, 1)));
+  sut.ratios = standard_ratios(sut.modes); // no ideal: ratios of nothing
+  sut.targets = comparison_targets(sut.modes, true); // not judged: pass is null
+  auto doc = nlohmann::json::parse(to_json(sut));
+  CHECK(doc["command_line"] == sut.ctx.command_line); // escaped and read back
+  std::vector<std::string> top;
+  for (auto& [key, value] : nlohmann::ordered_json::parse(to_json(sut)).items())
+    top.push_back(key);
+  CHECK(top == std::vector<std::string>{"tool", "version", "command_line", "path", "time_unit",
+                                        "profile", "workload", "modes", "ratios", "targets"});
+  REQUIRE_FALSE(doc["targets"].empty());
+  CHECK(doc["targets"][0]["pass"].is_null());
+  CHECK(doc["modes"]["overlap"]["ttft_p50_ms"].is_number());
 }

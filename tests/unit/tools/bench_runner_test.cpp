@@ -1,7 +1,7 @@
 // End to end: synthetic requests through the in-process engine in two modes.
-#include "tools/bench/bench_cli.hpp"
 #include "tools/bench/bench_runner.hpp"
 #include "tools/bench/report.hpp"
+#include "tools/bench/report_json.hpp"
 
 #include "tests/support/bench_profile.hpp"
 

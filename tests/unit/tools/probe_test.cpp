@@ -2,6 +2,9 @@
 #include "tools/probe.hpp"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <limits>
 
 using namespace kvlane;
 
@@ -77,4 +80,18 @@ TEST_CASE("probe: text and JSON reports carry the overlap figure") {
   CHECK(json.back() == '}');
   CHECK(json.find("\"overlap\":") != std::string::npos);
   CHECK(json.find("\"slots\":4") != std::string::npos);
+}
+
+TEST_CASE("probe: the JSON report escapes names and writes a non-finite figure as null") {
+  tools::probe_report r;
+  r.info.kind = "sim";
+  r.info.model = "quoted \"model\"\nname";
+  r.steps.push_back({1, 1, 12.5});
+  r.overlap = std::numeric_limits<double>::quiet_NaN();
+  r.dump_gib_s = std::numeric_limits<double>::infinity();
+  auto sut = nlohmann::json::parse(tools::format_json(r));
+  CHECK(sut["model"] == r.info.model);
+  CHECK(sut["overlap"].is_null());
+  CHECK(sut["dump_gib_s"].is_null());
+  CHECK(sut["steps"][0]["ms"] == 12.5);
 }
