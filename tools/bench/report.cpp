@@ -1,6 +1,5 @@
 #include "tools/bench/report.hpp"
 
-#include "tools/bench/json_writer.hpp"
 #include "tools/bench/stats.hpp"
 
 #include <fmt/format.h>
@@ -44,7 +43,7 @@ std::string num(double x, int decimals = 1) {
 
 mode_summary summarize(const run_result& r) {
   mode_summary s;
-  s.mode = std::string{actors::to_string(r.mode)};
+  s.mode = std::string{daemon::to_string(r.mode)};
   s.requests = r.requests.size();
   std::vector<double> ttft, ttft_int, ttft_batch, tpot, e2e;
   for (auto& o : r.requests) {
@@ -336,231 +335,47 @@ std::string format_load_sweep(const std::vector<load_point>& points) {
   return out;
 }
 
-namespace {
-
-void write_mode(json_writer& w, const mode_summary& m, bool timeline) {
-  w.begin_object();
-  w.field("requests", std::uint64_t{m.requests});
-  w.field("completed", std::uint64_t{m.completed});
-  w.field("failed", std::uint64_t{m.failed});
-  w.field("interactive", std::uint64_t{m.interactive});
-  w.field("output_tokens", m.output_tokens);
-  w.field("makespan_s", m.makespan_s);
-  w.field("throughput_tok_s", m.throughput_tok_s);
-  w.field("request_s", m.request_s);
-  w.field("ttft_p50_ms", m.ttft_p50_ms);
-  w.field("ttft_p90_ms", m.ttft_p90_ms);
-  w.field("ttft_p99_ms", m.ttft_p99_ms);
-  w.field("ttft_p99_interactive_ms", m.ttft_p99_interactive_ms);
-  w.field("ttft_p99_batch_ms", m.ttft_p99_batch_ms);
-  w.field("tpot_p50_ms", m.tpot_p50_ms);
-  w.field("tpot_p99_ms", m.tpot_p99_ms);
-  w.field("e2e_p50_ms", m.e2e_p50_ms);
-  w.field("e2e_p99_ms", m.e2e_p99_ms);
-  w.field("npu_busy", m.npu_busy);
-  w.field("transfer_s", m.transfer_s);
-  w.field("transfer_hidden", m.transfer_hidden);
-  w.field("transfer_hidden_reported", m.transfer_hidden_reported);
-  w.field("preemptions", m.preemptions);
-  w.field("swaps", m.swaps);
-  w.field("recomputes", m.recomputes);
-  w.field("dumps", m.dumps);
-  w.field("loads", m.loads);
-  w.field("steps", m.steps);
-  w.field("preemptions_per_s", m.preemptions_per_s);
-  w.field("preemptions_per_slot_s", m.preemptions_per_slot_s);
-  if (m.store_peaks_known) {
-    w.field("peak_store_bytes", m.peak_store_bytes);
-    w.field("peak_snapshots", m.peak_snapshots);
-  } else {
-    w.key("peak_store_bytes").null();
-    w.key("peak_snapshots").null();
+std::vector<mode_summary> report_columns(const bench_report& r) {
+  if (r.ipc_modes.empty())
+    return r.modes;
+  std::vector<mode_summary> columns;
+  for (auto& s : r.modes) {
+    columns.push_back(s);
+    for (auto x : r.ipc_modes)
+      if (x.mode == s.mode) {
+        x.mode += " ipc";
+        columns.push_back(std::move(x));
+      }
   }
-  w.field("mean_slots_busy", m.mean_slots_busy);
-  w.field("peak_waiting", m.peak_waiting);
-  w.field("slots", m.slots);
-  w.field("max_submit_lag_ms", m.max_submit_lag_ms);
-  w.field("step_stretch", m.step_stretch);
-  w.field("timed_out", m.timed_out);
-  if (m.ipc_vs_inproc_throughput)
-    w.field("ipc_vs_inproc_throughput", *m.ipc_vs_inproc_throughput);
-  if (timeline) {
-    w.field("timeline_columns", "t_s slots_busy resident waiting parked queued_interactive "
-                                "queued_batch npu_busy tokens_generated preemptions");
-    w.key("timeline").begin_array();
-    for (auto& t : m.timeline)
-      w.value(fmt::format("{:.1f} {} {} {} {} {} {} {:.3f} {} {}", t.t_s, t.slots_busy,
-                          t.resident, t.waiting, t.parked, t.queued_interactive, t.queued_batch,
-                          t.npu_busy, t.tokens_generated, t.preemptions));
-    w.end_array();
-  }
-  w.end_object();
+  return columns;
 }
 
-void write_modes(json_writer& w, const std::vector<mode_summary>& modes, bool timeline = false) {
-  w.begin_object();
-  for (auto& m : modes) {
-    w.key(m.mode);
-    write_mode(w, m, timeline);
-  }
-  w.end_object();
-}
-
-void write_ratios(json_writer& w, const std::vector<ratio_set>& ratios) {
-  w.begin_object();
-  for (auto& r : ratios) {
-    w.key(r.name).begin_object();
-    w.field("throughput", r.throughput);
-    w.field("ttft_p99", r.ttft_p99);
-    w.field("ttft_p99_interactive", r.ttft_p99_interactive);
-    w.field("tpot_p99", r.tpot_p99);
-    w.field("e2e_p99", r.e2e_p99);
-    w.end_object();
-  }
-  w.end_object();
-}
-
-void write_targets(json_writer& w, const std::vector<target_check>& targets) {
-  w.begin_array();
-  for (auto& t : targets) {
-    w.begin_object();
-    w.field("id", t.id);
-    w.field("description", t.description);
-    w.field("value", t.value);
-    w.field("threshold", t.threshold);
-    w.field("at_least", t.at_least);
-    w.key("pass");
-    if (t.pass)
-      w.value(*t.pass);
-    else
-      w.null();
-    w.end_object();
-  }
-  w.end_array();
-}
-
-void write_profile(json_writer& w, const report_context& c) {
-  const daemon::model_section* m = nullptr;
-  for (auto& x : c.cfg.models)
-    if (x.name == c.model)
-      m = &x;
-  w.begin_object();
-  w.field("source", c.profile_source);
-  if (!c.profile_toml.empty())
-    w.field("toml", c.profile_toml);
-  w.field("model", c.model);
-  if (m) {
-    w.field("backend", m->backend.kind);
-    const auto& s = m->backend.sim;
-    w.key("sim").begin_object();
-    w.field("slots", s.slots);
-    w.field("max_context", s.max_context);
-    w.field("max_prefill_chunk", s.max_prefill_chunk);
-    w.field("snapshot_bytes", s.snapshot_bytes);
-    w.field("snapshot", s.extent == backends::snapshot_extent::full_slot ? "full" : "used");
-    w.field("step_base_ms", s.step_base_ms);
-    w.field("step_per_token_ms", s.step_per_token_ms);
-    w.field("dump_min_ms", s.dump_min_ms);
-    w.field("dump_max_ms", s.dump_max_ms);
-    w.field("load_min_ms", s.load_min_ms);
-    w.field("load_max_ms", s.load_max_ms);
-    w.field("time_scale", s.time_scale);
-    w.field("overlap", backends::to_string(s.overlap));
-    w.field("seed", s.seed);
-    w.field("eos_rate", s.eos_rate);
-    w.end_object();
-  }
-  const auto& p = c.cfg.scheduler;
-  w.key("scheduler").begin_object();
-  w.field("quantum_tokens", p.quantum_steps);
-  w.field("levels", p.levels);
-  w.field("spare_slots", p.spare_slots);
-  w.field("max_step_tokens", p.max_step_tokens);
-  w.field("aging_steps", p.aging_steps);
-  w.field("ewma_alpha", p.ewma_alpha);
-  w.end_object();
-  w.field("store_max_bytes", c.cfg.store.max_bytes);
-  w.field("worker_threads", c.cfg.daemon.worker_threads);
-  w.field("time_scale", c.time_scale);
-  w.end_object();
-}
-
-void write_workload(json_writer& w, const report_context& c) {
-  w.begin_object();
-  w.field("source", c.workload_source);
-  if (!c.trace_path.empty())
-    w.field("trace", c.trace_path);
-  if (!c.synthetic_desc.empty())
-    w.field("synthetic", c.synthetic_desc);
-  w.field("requests", std::uint64_t{c.requests});
-  w.field("clamped", std::uint64_t{c.clamped});
-  w.field("interactive", std::uint64_t{c.interactive});
-  w.field("interactive_share", c.interactive_share);
-  w.field("seed", c.seed);
-  w.key("load");
-  if (c.load)
-    w.value(*c.load);
-  else
-    w.null();
-  w.field("rate_scale", c.rate_scale);
-  w.field("offered_load", c.offered_load);
-  w.field("capacity_req_s", c.capacity_req_s);
-  w.field("work_s", c.work_s);
-  w.field("arrival_span_s", c.arrival_span_s);
-  w.field("prompt_tokens_mean", c.prompt_tokens_mean);
-  w.field("output_tokens_mean", c.output_tokens_mean);
-  w.end_object();
-}
-
-} // namespace
-
-std::string to_json(const bench_report& r) {
-  json_writer w;
-  w.begin_object();
-  w.field("tool", "kvlane-bench");
-  w.field("version", KVLANE_VERSION);
-  w.field("command_line", r.ctx.command_line);
-  w.field("path", r.ctx.path);
-  w.field("time_unit", "simulated ms (wall ms x time_scale); rates per simulated second");
-  w.key("profile");
-  write_profile(w, r.ctx);
-  w.key("workload");
-  write_workload(w, r.ctx);
-  w.key("modes");
-  write_modes(w, r.modes, r.include_timeline);
-  if (!r.ipc_modes.empty()) {
-    w.key("ipc_modes");
-    write_modes(w, r.ipc_modes, r.include_timeline);
-  }
-  w.key("ratios");
-  write_ratios(w, r.ratios);
-  w.key("targets");
-  write_targets(w, r.targets);
-  if (!r.load_sweep.empty()) {
-    w.key("load_sweep").begin_array();
-    for (auto& p : r.load_sweep) {
-      w.begin_object();
-      w.field("load", p.load);
-      w.field("offered_load", p.offered_load);
-      w.key("modes");
-      write_modes(w, p.modes);
-      w.end_object();
-    }
-    w.end_array();
-  }
+std::string format_report(const bench_report& r) {
+  const auto& c = r.ctx;
+  std::string_view path_desc =
+    c.path == "inproc" ? "in-process engine"
+    : c.path == "ipc"  ? "kvlaned child via the client library"
+                       : "in process, then kvlaned via the client library (\"ipc\" columns)";
+  std::string_view overlap = "n/a";
+  for (auto& m : c.cfg.models)
+    if (m.name == c.model && m.backend == "sim")
+      overlap = backends::to_string(m.sim.overlap);
+  std::string text = fmt::format(
+    "\nkvlane-bench: {} requests, offered load {:.3f}, time_scale {}, sim overlap {}\n"
+    "path: {}\nall times in simulated ms (wall ms x {})\n\n",
+    c.requests, c.offered_load, c.time_scale, overlap, path_desc, c.time_scale);
   if (!r.quantum_sweep.empty()) {
-    w.key("quantum_sweep").begin_array();
-    for (auto& p : r.quantum_sweep) {
-      w.begin_object();
-      w.field("quantum_tokens", p.quantum_tokens);
-      w.key("modes");
-      write_modes(w, p.modes);
-      w.end_object();
-    }
-    w.end_array();
+    text += "quantum sweep (scheduler.quantum_tokens halved until >= 1 preemption/slot/s):\n";
+    text += format_quantum_sweep(r.quantum_sweep);
+    text += "\n" + format_targets(r.targets);
+    return text;
   }
-  w.end_object();
-  return w.str() + "\n";
+  text += format_table(report_columns(r), r.ratios, r.targets);
+  if (!r.ipc_modes.empty())
+    text += "\n" + format_path_comparison(r.modes, r.ipc_modes);
+  if (!r.load_sweep.empty())
+    text += "\nload sweep:\n" + format_load_sweep(r.load_sweep);
+  return text;
 }
 
 } // namespace kvlane::tools::bench

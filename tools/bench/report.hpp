@@ -1,12 +1,13 @@
 #pragma once
 
-// kvlane::tools::bench — report: the figures of a benchmark, as a table and as JSON.
+// kvlane::tools::bench — report: the figures of a benchmark, and the table that prints them.
 //
 // Problem it solves: every mode's run must be read the same way (which
 // requests count, which clock, which percentile), compared against the
 // `ideal` bound and the `fcfs`/`sync` baselines measured in the same
 // invocation, and checked against the project's targets — in one place, so
-// the printed table, the JSON file and the plot never disagree.
+// the printed table, the JSON file (report_json) and the plot (report_plot)
+// never disagree.
 //
 // All latencies are simulated milliseconds (wall ms * time_scale); rates are
 // per simulated second. JSON field names are part of the interface
@@ -161,10 +162,16 @@ std::string format_table(const std::vector<mode_summary>& modes,
                          const std::vector<target_check>& targets);
 
 std::string format_targets(const std::vector<target_check>& targets);
+
+/// The modes as the table and the chart show them: `modes`, and with --path
+/// both each mode's ipc figures right after it (mode name + " ipc").
+std::vector<mode_summary> report_columns(const bench_report& r);
+
+/// What kvlane-bench prints on stdout: a header (requests, load, time scale,
+/// path), then the table, ratios and targets, or the quantum sweep; the path
+/// comparison and the load sweep when they ran.
+std::string format_report(const bench_report& r);
 std::string format_quantum_sweep(const std::vector<quantum_point>& points);
 std::string format_load_sweep(const std::vector<load_point>& points);
-
-/// The JSON document (see docs/benchmarks.md for its fields).
-std::string to_json(const bench_report& r);
 
 } // namespace kvlane::tools::bench

@@ -1,4 +1,5 @@
 #include "tools/bench/bench_cli.hpp"
+#include "tools/bench/bench_profile.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,0 +1,307 @@
+#include "tools/bench/bench_options.hpp"
+
+#include "daemon/logging.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+
+namespace kvlane::tools::bench {
+
+namespace {
+
+constexpr std::string_view usage_text = R"(usage: kvlane-bench (--trace PATH | --synthetic) [options]
+
+Replays a workload against the serving core once per scheduling mode (same
+requests, same seed, a fresh engine or daemon each) and reports throughput,
+latency percentiles, NPU busy time, transfers and preemptions, with ratios against
+the `ideal` mode and of `overlap` against `fcfs` and `sync`. Times are simulated
+milliseconds (wall ms x time_scale). See docs/benchmarks.md.
+
+workload:
+  --trace PATH            CSV trace: TIMESTAMP,ContextTokens,GeneratedTokens
+  --requests N            first N rows (or N synthetic requests); 0 = all rows (default 200)
+  --synthetic             Poisson arrivals instead of a trace
+  --rate R                synthetic: requests per simulated second (default 1)
+  --prompt-mean X         synthetic: mean prompt tokens (default 512)
+  --output-mean X         synthetic: mean output tokens (default 128)
+  --length-dist D         synthetic: lognormal (default) or exponential
+  --length-sigma S        synthetic lognormal: sigma of log length (default 0.5)
+  --load L                scale arrivals to L x the model's capacity (trace default 1.0)
+  --rate-scale X          multiply the arrival rate by X instead
+  --interactive-share F   fraction of requests marked interactive, seeded (default 0.2)
+  --seed N                seed of every random choice (default 1)
+
+what to run:
+  --modes LIST            comma list of fcfs,sync,overlap,ideal (default all four;
+                          --sweep-quantum: sync,overlap,ideal)
+  --sweep LOADS           also run every mode at each load, e.g. 0.5,0.75,1.0,1.25
+  --sweep-quantum         halve scheduler.quantum_tokens from its configured value until
+                          a mode preempts >= 1 time per slot per simulated second
+  --path inproc|ipc|both  inproc: an in-process engine (default); ipc: a kvlaned child
+                          per mode, driven through the client library; both: each
+                          mode in process then via ipc, with the ipc/inproc ratio
+  --kvlaned PATH          the daemon for ipc/both (default: kvlaned next to this program)
+  --config PATH           kvlane.toml to use (default: the built-in bench profile)
+  --print-profile         print the built-in profile (a kvlane.toml) and exit
+  --model NAME            model to drive (default: the first)
+  --time-scale S          sim: simulated ms per wall ms (overrides the profile)
+  --sim-overlap MODE      sim: full, none or shared (overrides the profile)
+  --timeout SECONDS       wall bound on one mode's run (default: 60 + 4x the arrival span)
+
+output:
+  --json OUT              write the report as JSON
+  --plot OUT.png          draw the charts with gnuplot (the script goes to OUT.gp)
+  --timeline              add each mode's scheduler gauges (every ~100 ms wall) to the JSON
+  --log-level LEVEL       daemon loggers' level (default warn)
+  --quiet                 no progress lines on stderr
+  --help                  this text
+)";
+
+template <class T>
+bool parse_number(std::string_view s, T& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return !s.empty() && ec == std::errc{} && p == s.data() + s.size();
+}
+
+std::optional<daemon::scheduler_mode> parse_mode(std::string_view s) {
+  using daemon::scheduler_mode;
+  if (s == "fcfs")
+    return scheduler_mode::fcfs;
+  if (s == "sync")
+    return scheduler_mode::sync;
+  if (s == "overlap")
+    return scheduler_mode::overlap;
+  if (s == "ideal")
+    return scheduler_mode::ideal;
+  return std::nullopt;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  for (;;) {
+    auto p = s.find(sep, start);
+    out.push_back(s.substr(start, p == std::string_view::npos ? std::string_view::npos : p - start));
+    if (p == std::string_view::npos)
+      return out;
+    start = p + 1;
+  }
+}
+
+std::string shell_quote(std::string_view a) {
+  const bool plain = !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view{"_./=,:+-@%"}.find(c)
+                                                            != std::string_view::npos;
+  });
+  if (plain)
+    return std::string{a};
+  std::string out = "'";
+  for (char c : a)
+    out += c == '\'' ? std::string{"'\\''"} : std::string(1, c);
+  return out + "'";
+}
+
+} // namespace
+
+std::string_view usage() noexcept {
+  return usage_text;
+}
+
+expected<bench_options, std::string> parse_args(std::span<const std::string_view> args) {
+  bench_options o;
+  o.command_line = "kvlane-bench";
+  for (auto a : args)
+    o.command_line += " " + shell_quote(a);
+  auto fail = [](std::string msg) { return unexpected(std::move(msg)); };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto a = args[i];
+    auto value = [&]() -> std::optional<std::string_view> {
+      if (i + 1 >= args.size())
+        return std::nullopt;
+      return args[++i];
+    };
+    auto positive = [&](double& out, double max = 1e12) -> bool {
+      auto v = value();
+      return v && parse_number(*v, out) && std::isfinite(out) && out > 0 && out <= max;
+    };
+    if (a == "--help" || a == "-h") {
+      o.help = true;
+    } else if (a == "--print-profile") {
+      o.print_profile = true;
+    } else if (a == "--trace") {
+      auto v = value();
+      if (!v || v->empty())
+        return fail("--trace needs a path");
+      o.trace_path = *v;
+    } else if (a == "--synthetic") {
+      o.synthetic = true;
+    } else if (a == "--requests") {
+      auto v = value();
+      if (!v || !parse_number(*v, o.requests) || o.requests > 10'000'000)
+        return fail("--requests needs a whole number (0 = every row)");
+    } else if (a == "--rate") {
+      if (!positive(o.synth.rate_per_s))
+        return fail("--rate needs a positive number (requests per simulated second)");
+    } else if (a == "--prompt-mean") {
+      if (!positive(o.synth.prompt_mean, 1e7))
+        return fail("--prompt-mean needs a positive number of tokens");
+    } else if (a == "--output-mean") {
+      if (!positive(o.synth.output_mean, 1e7))
+        return fail("--output-mean needs a positive number of tokens");
+    } else if (a == "--length-dist") {
+      auto v = value();
+      if (v == "lognormal")
+        o.synth.dist = length_dist::lognormal;
+      else if (v == "exponential")
+        o.synth.dist = length_dist::exponential;
+      else
+        return fail("--length-dist needs lognormal or exponential");
+    } else if (a == "--length-sigma") {
+      if (!positive(o.synth.sigma, 10))
+        return fail("--length-sigma needs a number in (0, 10]");
+    } else if (a == "--load") {
+      double x = 0;
+      if (!positive(x, 1000))
+        return fail("--load needs a positive number (1.0 = the model's capacity)");
+      o.load = x;
+    } else if (a == "--rate-scale") {
+      double x = 0;
+      if (!positive(x, 1e9))
+        return fail("--rate-scale needs a positive number");
+      o.rate_scale = x;
+    } else if (a == "--interactive-share") {
+      auto v = value();
+      if (!v || !parse_number(*v, o.interactive_share) || !(o.interactive_share >= 0)
+          || o.interactive_share > 1)
+        return fail("--interactive-share needs a number between 0 and 1");
+    } else if (a == "--modes") {
+      auto v = value();
+      if (!v)
+        return fail("--modes needs a comma list of fcfs,sync,overlap,ideal");
+      o.modes.clear();
+      for (auto name : split(*v, ',')) {
+        auto m = parse_mode(name);
+        if (!m)
+          return fail(fmt::format("--modes: unknown mode '{}' (known: fcfs, sync, overlap, ideal)",
+                                  name));
+        if (std::find(o.modes.begin(), o.modes.end(), *m) == o.modes.end())
+          o.modes.push_back(*m);
+      }
+      o.modes_given = true;
+    } else if (a == "--time-scale") {
+      double x = 0;
+      if (!positive(x, 1e6))
+        return fail("--time-scale needs a number in (0, 1000000]");
+      o.time_scale = x;
+    } else if (a == "--sim-overlap") {
+      auto v = value();
+      if (v == "full")
+        o.sim_overlap = backends::transfer_overlap::full;
+      else if (v == "none")
+        o.sim_overlap = backends::transfer_overlap::none;
+      else if (v == "shared")
+        o.sim_overlap = backends::transfer_overlap::shared;
+      else
+        return fail("--sim-overlap needs full, none or shared");
+    } else if (a == "--path") {
+      auto v = value();
+      if (v == "inproc")
+        o.path = bench_path::inproc;
+      else if (v == "ipc")
+        o.path = bench_path::ipc;
+      else if (v == "both")
+        o.path = bench_path::both;
+      else
+        return fail("--path needs inproc, ipc or both");
+    } else if (a == "--kvlaned") {
+      auto v = value();
+      if (!v || v->empty())
+        return fail("--kvlaned needs a path");
+      o.kvlaned_path = *v;
+    } else if (a == "--config") {
+      auto v = value();
+      if (!v || v->empty())
+        return fail("--config needs a path");
+      o.config_path = *v;
+    } else if (a == "--model") {
+      auto v = value();
+      if (!v || v->empty())
+        return fail("--model needs a name");
+      o.model = *v;
+    } else if (a == "--json") {
+      auto v = value();
+      if (!v || v->empty())
+        return fail("--json needs an output path");
+      o.json_out = *v;
+    } else if (a == "--plot") {
+      auto v = value();
+      if (!v || v->empty())
+        return fail("--plot needs an output path (OUT.png)");
+      o.plot_out = *v;
+    } else if (a == "--seed") {
+      auto v = value();
+      if (!v || !parse_number(*v, o.seed))
+        return fail("--seed needs a whole number");
+    } else if (a == "--sweep") {
+      auto v = value();
+      if (!v)
+        return fail("--sweep needs a comma list of loads, e.g. 0.5,0.75,1.0,1.25");
+      o.sweep_loads.clear();
+      for (auto s : split(*v, ',')) {
+        double x = 0;
+        if (!parse_number(s, x) || !(x > 0) || x > 1000)
+          return fail(fmt::format("--sweep: '{}' is not a positive load", s));
+        o.sweep_loads.push_back(x);
+      }
+    } else if (a == "--sweep-quantum") {
+      o.sweep_quantum = true;
+    } else if (a == "--timeout") {
+      if (!positive(o.timeout_s, 1e6))
+        return fail("--timeout needs a positive number of seconds");
+    } else if (a == "--log-level") {
+      auto v = value();
+      if (!v || !daemon::logging::valid_level(*v))
+        return fail("--log-level needs trace, debug, info, warn, error, critical or off");
+      o.log_level = *v;
+    } else if (a == "--timeline") {
+      o.timeline = true;
+    } else if (a == "--quiet") {
+      o.quiet = true;
+    } else {
+      return fail(fmt::format("unknown argument '{}' (see --help)", a));
+    }
+  }
+  if (o.help || o.print_profile)
+    return o;
+  if (o.load && o.rate_scale)
+    return fail("--load and --rate-scale both scale arrivals: give one");
+  if (!o.sweep_loads.empty() && o.rate_scale)
+    return fail("--sweep scales arrivals to each load: it cannot be combined with --rate-scale");
+  if (!o.sweep_loads.empty() && o.sweep_quantum)
+    return fail("--sweep and --sweep-quantum are separate runs: give one");
+  if (o.path == bench_path::both && (!o.sweep_loads.empty() || o.sweep_quantum))
+    return fail("--path both compares the paths at one load: it cannot be combined with --sweep "
+                "or --sweep-quantum (run a sweep with --path inproc or ipc)");
+  if (o.synthetic && !o.trace_path.empty())
+    return fail("--synthetic and --trace are exclusive");
+  if (!o.synthetic && o.trace_path.empty())
+    return fail("give --trace PATH or --synthetic (see --help)");
+  if (o.synthetic && o.requests == 0)
+    return fail("--requests must be at least 1 with --synthetic");
+  if (o.modes.empty())
+    return fail("--modes needs at least one mode");
+  if (o.sweep_quantum && !o.modes_given)
+    o.modes = {daemon::scheduler_mode::sync, daemon::scheduler_mode::overlap,
+               daemon::scheduler_mode::ideal};
+  if (o.sweep_quantum)
+    std::erase(o.modes, daemon::scheduler_mode::fcfs); // fcfs has no quantum
+  if (o.modes.empty())
+    return fail("--sweep-quantum needs a preempting mode (sync, overlap or ideal)");
+  return o;
+}
+
+} // namespace kvlane::tools::bench

@@ -1,0 +1,79 @@
+#pragma once
+
+// kvlane::tools::bench — bench_options: the command line of kvlane-bench.
+//
+// Problem it solves: one place that knows every flag, its default, its range
+// and which flags exclude each other, so that a bad invocation stops before
+// anything runs with a message that names the flag (docs/benchmarks.md lists
+// the same flags).
+//
+// Threading: plain functions over values.
+
+#include "common/expected.hpp"
+#include "daemon/config.hpp"
+#include "tools/bench/workload.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvlane::tools::bench {
+
+enum class bench_path : std::uint8_t { inproc, ipc, both };
+
+struct bench_options {
+  std::string trace_path;
+  bool synthetic = false;
+  synthetic_options synth;
+  std::size_t requests = 200;         ///< 0 = every row of the trace
+  std::optional<double> load;         ///< offered load as a fraction of capacity
+  std::optional<double> rate_scale;   ///< arrival rate multiplier (exclusive with load)
+  double interactive_share = 0.2;
+  std::vector<daemon::scheduler_mode> modes{daemon::scheduler_mode::fcfs,
+                                            daemon::scheduler_mode::sync,
+                                            daemon::scheduler_mode::overlap,
+                                            daemon::scheduler_mode::ideal};
+  bool modes_given = false;
+  std::optional<double> time_scale;
+  std::optional<backends::transfer_overlap> sim_overlap;
+  bench_path path = bench_path::inproc;
+  std::string kvlaned_path;           ///< --path ipc/both; empty = next to this program
+  std::string config_path;            ///< empty = the built-in bench profile
+  std::string model;                  ///< empty = the first model
+  std::string json_out;
+  std::string plot_out;
+  std::uint64_t seed = 1;
+  std::vector<double> sweep_loads;
+  bool sweep_quantum = false;
+  double timeout_s = 0;               ///< per run; 0 = automatic
+  std::string log_level = "warn";
+  bool timeline = false;              ///< gauge timelines in the JSON
+  bool quiet = false;
+  bool help = false;
+  bool print_profile = false;         ///< print the built-in profile and exit
+  std::string command_line;           ///< as invoked, shell-quoted
+};
+
+/// The exit codes of kvlane-bench (sysexits.h): 0 when it ran, whatever the
+/// targets say.
+namespace exit_code {
+constexpr int other = 1, usage = 64, data_error = 65, no_input = 66, unavailable = 69,
+              config = 78;
+} // namespace exit_code
+
+/// Why kvlane-bench cannot go on, and the exit code that says so.
+struct bench_failure {
+  int exit_code = exit_code::other;
+  std::string message;
+};
+
+/// Parses the arguments after the program name. Errors name the flag.
+expected<bench_options, std::string> parse_args(std::span<const std::string_view> args);
+
+/// The usage text.
+std::string_view usage() noexcept;
+
+} // namespace kvlane::tools::bench

@@ -1,0 +1,126 @@
+#include "tools/bench/bench_profile.hpp"
+
+#include "backends/factory.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace kvlane::tools::bench {
+
+namespace {
+
+// The built-in profile: the default ARIES timing of the sim (31 ms/step +
+// 1.7 ms/token, dump 30-60 ms, load 16-18 ms, 16 slots, 4096 context, 128
+// chunk) with small real snapshots, so that host memory copies (which do not
+// shrink with time_scale) stay negligible next to the modeled transfer times.
+constexpr std::string_view profile_text = R"(# kvlane-bench built-in profile (see docs/benchmarks.md)
+version = 1
+
+[daemon]
+worker_threads = 0          # one per core
+log_level = "warn"
+
+[[model]]
+name = "llama-3.2-1b"
+backend = "sim"
+
+[model.sim]
+slots = 16
+max_context = 4096
+max_prefill_chunk = 128
+# 64 bytes per token (256 KiB per slot) instead of 16 KiB (64 MiB): the sim
+# really copies these bytes on every dump and load, and that copy does not
+# shrink with time_scale. The modeled transfer times below stay those of the
+# 64 MiB snapshots of the real device.
+snapshot_bytes = "256KiB"
+snapshot = "full"
+step_base_ms = 31.0
+step_per_token_ms = 1.7
+dump_min_ms = 30.0
+dump_max_ms = 60.0
+load_min_ms = 16.0
+load_max_ms = 18.0
+time_scale = 25.0           # 25 simulated ms per wall ms
+overlap = "full"
+seed = 1
+eos_rate = 0.0
+
+[scheduler]
+mode = "overlap"            # replaced per run
+quantum_tokens = 64
+levels = 4
+spare_slots = 1
+max_step_tokens = 512
+aging_steps = 2048
+ewma_alpha = 0.2
+
+[store]
+# 8 GiB scaled like the snapshots (x 1/256): room for the same 128 snapshots.
+max_bytes = "32MiB"
+)";
+
+} // namespace
+
+std::string_view builtin_profile_toml() noexcept {
+  return profile_text;
+}
+
+expected<daemon::config, std::string> builtin_profile() {
+  auto c = daemon::parse(profile_text, "<built-in bench profile>");
+  if (!c)
+    return unexpected(c.error().message);
+  return std::move(*c);
+}
+
+expected<bench_setup, bench_failure> load_setup(const bench_options& o) {
+  auto fail = [](int code, std::string msg) { return unexpected(bench_failure{code, std::move(msg)}); };
+  bench_setup s;
+  if (o.config_path.empty()) {
+    auto c = builtin_profile();
+    if (!c)
+      return fail(exit_code::other, "built-in profile: " + c.error());
+    s.cfg = std::move(*c);
+    s.profile_source = "built-in bench profile";
+    s.profile_toml = std::string{profile_text};
+  } else {
+    auto c = daemon::load(o.config_path);
+    if (!c)
+      return fail(exit_code::config, "invalid configuration: " + c.error().message);
+    s.cfg = std::move(*c);
+    s.profile_source = o.config_path;
+  }
+  auto m = o.model.empty() ? s.cfg.models.begin()
+                           : std::find_if(s.cfg.models.begin(), s.cfg.models.end(),
+                                          [&](const auto& x) { return x.name == o.model; });
+  if (m == s.cfg.models.end())
+    return fail(exit_code::usage,
+                fmt::format("no model named '{}' in {}", o.model, s.profile_source));
+  // Only the driven model runs: the others would share the store and the CPU.
+  s.cfg.models = {*m};
+  auto& model = s.cfg.models.front();
+  s.sim = model.backend == "sim";
+  if ((o.time_scale || o.sim_overlap) && !s.sim)
+    return fail(exit_code::usage, fmt::format("--time-scale and --sim-overlap apply to the sim; "
+                                              "model '{}' uses backend '{}'",
+                                              model.name, model.backend));
+  if (o.time_scale)
+    model.sim.time_scale = *o.time_scale;
+  if (o.sim_overlap)
+    model.sim.overlap = *o.sim_overlap;
+  if (!s.sim && std::find(o.modes.begin(), o.modes.end(), daemon::scheduler_mode::ideal)
+                  != o.modes.end())
+    return fail(exit_code::usage, fmt::format("mode 'ideal' models free transfers and needs the "
+                                              "sim; model '{}' uses backend '{}': pass --modes "
+                                              "fcfs,sync,overlap",
+                                              model.name, model.backend));
+  s.time_scale = s.sim ? model.sim.time_scale : 1.0;
+  auto b = backends::make_backend(model.backend, model.name, model.sim);
+  if (!b)
+    return fail(exit_code::config, fmt::format("model '{}': backend failed to load: {}",
+                                               model.name, b.error().message));
+  s.info = (*b)->info();
+  return s;
+}
+
+} // namespace kvlane::tools::bench

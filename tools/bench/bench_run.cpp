@@ -1,0 +1,173 @@
+#include "tools/bench/bench_run.hpp"
+
+#include "tools/bench/bench_runner.hpp"
+#include "tools/bench/ipc_driver.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace kvlane::tools::bench {
+
+namespace {
+
+/// Runs every mode of an invocation on the requested path(s).
+class mode_runner {
+public:
+  mode_runner(const bench_options& o, const bench_setup& setup, const bench_run_options& run)
+    : o_(o), setup_(setup), run_(run) {}
+
+  /// Every mode on `reqs` under `run_cfg`. With --path both, each mode runs in
+  /// process then via ipc, and the ipc figures go to *ipc_out.
+  expected<std::vector<mode_summary>, std::string>
+  run_all(const std::vector<trace_request>& reqs, const daemon::config& run_cfg,
+          const std::string& label, std::vector<mode_summary>* ipc_out) const {
+    const bool inproc = o_.path != bench_path::ipc;
+    const bool ipc = o_.path != bench_path::inproc;
+    std::vector<mode_summary> out;
+    for (auto mode : o_.modes) {
+      run_options ro;
+      ro.cfg = run_cfg;
+      ro.model = setup_.model().name;
+      ro.time_scale = setup_.time_scale;
+      ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o_.timeout_s * 1000));
+      ro.progress = [this](std::string_view line) { progress(line); };
+      if (inproc) {
+        progress(fmt::format("{}{}: running {} requests", label, daemon::to_string(mode),
+                             reqs.size()));
+        auto r = run_mode(ro, mode, reqs);
+        if (!r)
+          return unexpected(fmt::format("mode {}: {}", daemon::to_string(mode), r.error()));
+        auto s = summarize(*r);
+        done(label, s, *r, "");
+        out.push_back(std::move(s));
+      }
+      if (ipc) {
+        ipc_run_options io;
+        io.run = ro;
+        io.kvlaned_path = run_.kvlaned_path;
+        io.log_level = o_.log_level;
+        io.transfers_overlap = setup_.info.caps.transfer_overlaps_compute;
+        progress(fmt::format("{}{} (ipc): running {} requests through {}", label,
+                             daemon::to_string(mode), reqs.size(), run_.kvlaned_path));
+        auto r = run_mode_ipc(io, mode, reqs);
+        if (!r)
+          return unexpected(fmt::format("mode {} (ipc): {}", daemon::to_string(mode), r.error()));
+        auto s = summarize(*r);
+        done(label, s, *r, " (ipc)");
+        (inproc && ipc_out ? *ipc_out : out).push_back(std::move(s));
+      }
+    }
+    return out;
+  }
+
+  void progress(std::string_view line) const {
+    if (run_.progress)
+      run_.progress(line);
+  }
+
+private:
+  void done(const std::string& label, const mode_summary& s, const run_result& r,
+            std::string_view path) const {
+    progress(fmt::format("{}{}{}: {}/{} completed in {:.1f} s wall; {:.1f} tokens/s, TTFT p99 "
+                         "{:.0f} ms, {} preemptions{}",
+                         label, s.mode, path, s.completed, s.requests, r.wall_ms / 1000.0,
+                         s.throughput_tok_s, s.ttft_p99_ms, s.preemptions,
+                         s.timed_out ? " (TIMED OUT)" : ""));
+  }
+
+  const bench_options& o_;
+  const bench_setup& setup_;
+  const bench_run_options& run_;
+};
+
+/// The quantum sweep: halves scheduler.quantum_tokens from its configured
+/// value until a mode preempts at least once per slot per simulated second.
+expected<void, std::string> sweep_quantum(const mode_runner& runner, const bench_options& o,
+                                          const bench_setup& setup, const bench_workload& w,
+                                          bench_report& report) {
+  std::uint32_t q = std::max(1u, setup.cfg.scheduler.quantum_tokens);
+  const bool overlap_runs = std::find(o.modes.begin(), o.modes.end(),
+                                      daemon::scheduler_mode::overlap)
+                            != o.modes.end();
+  for (;;) {
+    auto run_cfg = setup.cfg;
+    run_cfg.scheduler.quantum_tokens = q;
+    auto modes = runner.run_all(w.main, run_cfg, fmt::format("quantum {}: ", q), nullptr);
+    if (!modes)
+      return unexpected(std::move(modes).error());
+    quantum_point p{q, std::move(*modes)};
+    // The criterion is overlap's rate (kvlane's mode); without it, any mode's.
+    double rate = 0;
+    for (auto& s : p.modes)
+      if (s.mode == "overlap")
+        rate = s.preemptions_per_slot_s;
+    if (!overlap_runs)
+      for (auto& s : p.modes)
+        rate = std::max(rate, s.preemptions_per_slot_s);
+    report.quantum_sweep.push_back(std::move(p));
+    runner.progress(fmt::format("quantum {}: {:.3f} preemptions per slot per second", q, rate));
+    if (rate >= 1.0)
+      break;
+    if (q == 1) {
+      runner.progress("quantum 1 reached before 1 preemption per slot per second");
+      break;
+    }
+    q = std::max(1u, q / 2);
+  }
+  report.modes = report.quantum_sweep.front().modes;
+  report.ratios = standard_ratios(report.modes);
+  report.targets = sweep_targets(report.quantum_sweep);
+  return {};
+}
+
+/// The main comparison, after the load sweep's points when --sweep is given
+/// (the main table is the point at the main load, run once more if missing).
+expected<void, std::string> compare_modes(const mode_runner& runner, const bench_options& o,
+                                          const bench_setup& setup, const bench_workload& w,
+                                          bench_report& report) {
+  bool have_main = false;
+  for (double load : o.sweep_loads) {
+    double factor = 1;
+    auto reqs = w.at_load(load, factor);
+    auto modes = runner.run_all(reqs, setup.cfg, fmt::format("load {}: ", load), nullptr);
+    if (!modes)
+      return unexpected(std::move(modes).error());
+    load_point p{load, offered_load(reqs, w.wm).value_or(0), std::move(*modes)};
+    if (w.main_load && std::fabs(load - *w.main_load) < 1e-9) {
+      report.modes = p.modes;
+      have_main = true;
+    }
+    report.load_sweep.push_back(std::move(p));
+  }
+  if (!have_main) {
+    auto modes = runner.run_all(w.main, setup.cfg, "", &report.ipc_modes);
+    if (!modes)
+      return unexpected(std::move(modes).error());
+    report.modes = std::move(*modes);
+  }
+  report.ratios = standard_ratios(report.modes);
+  report.targets = comparison_targets(report.modes, setup.info.caps.transfer_overlaps_compute);
+  for (auto& t : compare_paths(report.modes, report.ipc_modes))
+    report.targets.push_back(std::move(t));
+  return {};
+}
+
+} // namespace
+
+expected<bench_report, std::string> run_benchmark(const bench_options& o, const bench_setup& setup,
+                                                  const bench_workload& w,
+                                                  const bench_run_options& run) {
+  const mode_runner runner{o, setup, run};
+  bench_report report;
+  auto ok = o.sweep_quantum ? sweep_quantum(runner, o, setup, w, report)
+                            : compare_modes(runner, o, setup, w, report);
+  if (!ok)
+    return unexpected(ok.error());
+  report.include_timeline = o.timeline;
+  return report;
+}
+
+} // namespace kvlane::tools::bench
