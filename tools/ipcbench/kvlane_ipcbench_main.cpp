@@ -23,6 +23,7 @@
 // --spin-us sets the daemons' [clients] spin_us (the app reader's spin before it
 // sleeps; default 20): a value above the step time keeps the app's reader awake.
 #include "actors/engine.hpp"
+#include "common/child_process.hpp"
 #include "daemon/config.hpp"
 #include "ipc/protocol.hpp"
 #include "ipc/spsc_ring.hpp"
@@ -43,12 +44,12 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -196,6 +197,8 @@ std::string bench_config(const std::string& run_dir, std::uint32_t slots, bool z
 runtime_dir = "{}"
 log_level = "warn"
 worker_threads = {}
+[daemon.log_levels]
+daemon = "info"   # its "ready:" line
 [[model]]
 name = "bench"
 [model.sim]
@@ -217,7 +220,8 @@ spin_us = {}
                      zero_time ? 1e6 : 10.0, g_spin_us);
 }
 
-/// A kvlaned child process with its own runtime directory.
+/// A kvlaned child process with its own runtime directory, ready (its sockets
+/// accept) once constructed; stopped with SIGTERM on destruction.
 class daemon_proc {
 public:
   daemon_proc(const std::string& exe, const std::string& dir, const std::string& config) {
@@ -225,41 +229,36 @@ public:
     const auto cfg = dir + "/kvlane.toml";
     std::ofstream{cfg} << config;
     socket_ = dir + "/run/kvlane.sock";
-    const auto log = dir + "/kvlaned.log";
-    std::fflush(stdout);
-    std::fflush(stderr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::FILE* f = std::freopen(log.c_str(), "w", stdout);
-      (void)f;
-      ::dup2(STDOUT_FILENO, STDERR_FILENO);
-      ::execl(exe.c_str(), exe.c_str(), "--config", cfg.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
+    kvlane::child_options o;
+    o.args = {"--config", cfg};
+    auto c = kvlane::child_process::start(exe, std::move(o));
+    if (!c)
+      die(c.error());
+    proc_.emplace(std::move(*c));
+    if (!proc_->wait_for_output("ready:", 20s))
+      die(fmt::format("kvlaned was not ready within 20 s; it printed:\n{}", proc_->output()));
   }
   ~daemon_proc() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      int st = 0;
-      ::waitpid(pid_, &st, 0);
-    }
+    if (proc_)
+      (void)proc_->stop(10s, 10s);
   }
   std::unique_ptr<client::connection> connect() {
     client::connect_options o;
     o.socket_path = socket_;
     o.client_name = "ipcbench";
-    for (int i = 0; i < 400; ++i) {
-      auto c = client::connect(o);
-      if (c)
-        return std::move(*c);
-      std::this_thread::sleep_for(50ms);
-    }
-    std::fprintf(stderr, "ipcbench: cannot connect to %s\n", socket_.c_str());
-    std::exit(1);
+    auto c = client::connect(o);
+    if (!c)
+      die(fmt::format("cannot connect to {}: {}", socket_, c.error().message));
+    return std::move(*c);
   }
 
 private:
-  pid_t pid_ = -1;
+  [[noreturn]] static void die(const std::string& message) {
+    std::fprintf(stderr, "ipcbench: %s\n", message.c_str());
+    std::exit(1);
+  }
+
+  std::optional<kvlane::child_process> proc_;
   std::string socket_;
 };
 
