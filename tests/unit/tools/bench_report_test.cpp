@@ -122,8 +122,9 @@ TEST_CASE("bench report: the JSON document parses and keeps its documented key o
   sut.targets = comparison_targets(sut.modes, true); // not judged: pass is null
   auto doc = nlohmann::json::parse(to_json(sut));
   CHECK(doc["command_line"] == sut.ctx.command_line); // escaped and read back
+  const auto ordered = nlohmann::ordered_json::parse(to_json(sut));
   std::vector<std::string> top;
-  for (auto& [key, value] : nlohmann::ordered_json::parse(to_json(sut)).items())
+  for (auto& [key, value] : ordered.items())
     top.push_back(key);
   CHECK(top == std::vector<std::string>{"tool", "version", "command_line", "path", "time_unit",
                                         "profile", "workload", "modes", "ratios", "targets"});
