@@ -1,6 +1,6 @@
 #include "tools/bench/bench_cli.hpp"
 
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 #include "tools/bench/bench_profile.hpp"
 #include "tools/bench/bench_run.hpp"
 #include "tools/bench/bench_workload.hpp"
@@ -76,7 +76,7 @@ int run_bench(const bench_options& o) {
                 fmt::format("--path {}: no executable kvlaned at '{}'; build it (cmake --build "
                             "build --target kvlaned) or pass --kvlaned PATH",
                             path_name(o.path), run.kvlaned_path));
-  if (auto err = daemon::logging::setup(o.log_level, {}, daemon::logging::sink_style::terminal);
+  if (auto err = logging::setup(o.log_level, {}, logging::sink_style::terminal);
       !err.empty())
     return fail(exit_code::usage, err);
 
@@ -105,7 +105,7 @@ int run_bench(const bench_options& o) {
   progress(fmt::format("model '{}' on {}: capacity {:.3f} req/s (NPU work {:.0f} s simulated); "
                        "offered load {:.3f} over {:.0f} s simulated = {:.1f} s wall at "
                        "time_scale {}",
-                       model.name, model.backend, ctx.capacity_req_s, ctx.work_s,
+                       model.name, model.backend.kind, ctx.capacity_req_s, ctx.work_s,
                        ctx.offered_load, ctx.arrival_span_s,
                        ctx.arrival_span_s / setup->time_scale, setup->time_scale));
 

@@ -1,6 +1,6 @@
 #include "tools/bench/bench_options.hpp"
 
-#include "daemon/logging.hpp"
+#include "common/logging.hpp"
 
 #include <fmt/format.h>
 
@@ -39,7 +39,7 @@ what to run:
   --modes LIST            comma list of fcfs,sync,overlap,ideal (default all four;
                           --sweep-quantum: sync,overlap,ideal)
   --sweep LOADS           also run every mode at each load, e.g. 0.5,0.75,1.0,1.25
-  --sweep-quantum         halve scheduler.quantum_tokens from its configured value until
+  --sweep-quantum         halve scheduler.quantum_steps from its configured value until
                           a mode preempts >= 1 time per slot per simulated second
   --path inproc|ipc|both  inproc: an in-process engine (default); ipc: a kvlaned child
                           per mode, driven through the client library; both: each
@@ -67,8 +67,8 @@ bool parse_number(std::string_view s, T& out) {
   return !s.empty() && ec == std::errc{} && p == s.data() + s.size();
 }
 
-std::optional<daemon::scheduler_mode> parse_mode(std::string_view s) {
-  using daemon::scheduler_mode;
+std::optional<actors::scheduler_mode> parse_mode(std::string_view s) {
+  using actors::scheduler_mode;
   if (s == "fcfs")
     return scheduler_mode::fcfs;
   if (s == "sync")
@@ -264,7 +264,7 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
         return fail("--timeout needs a positive number of seconds");
     } else if (a == "--log-level") {
       auto v = value();
-      if (!v || !daemon::logging::valid_level(*v))
+      if (!v || !logging::valid_level(*v))
         return fail("--log-level needs trace, debug, info, warn, error, critical or off");
       o.log_level = *v;
     } else if (a == "--timeline") {
@@ -295,10 +295,10 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
   if (o.modes.empty())
     return fail("--modes needs at least one mode");
   if (o.sweep_quantum && !o.modes_given)
-    o.modes = {daemon::scheduler_mode::sync, daemon::scheduler_mode::overlap,
-               daemon::scheduler_mode::ideal};
+    o.modes = {actors::scheduler_mode::sync, actors::scheduler_mode::overlap,
+               actors::scheduler_mode::ideal};
   if (o.sweep_quantum)
-    std::erase(o.modes, daemon::scheduler_mode::fcfs); // fcfs has no quantum
+    std::erase(o.modes, actors::scheduler_mode::fcfs); // fcfs has no quantum
   if (o.modes.empty())
     return fail("--sweep-quantum needs a preempting mode (sync, overlap or ideal)");
   return o;

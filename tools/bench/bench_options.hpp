@@ -32,10 +32,10 @@ struct bench_options {
   std::optional<double> load;         ///< offered load as a fraction of capacity
   std::optional<double> rate_scale;   ///< arrival rate multiplier (exclusive with load)
   double interactive_share = 0.2;
-  std::vector<daemon::scheduler_mode> modes{daemon::scheduler_mode::fcfs,
-                                            daemon::scheduler_mode::sync,
-                                            daemon::scheduler_mode::overlap,
-                                            daemon::scheduler_mode::ideal};
+  std::vector<actors::scheduler_mode> modes{actors::scheduler_mode::fcfs,
+                                            actors::scheduler_mode::sync,
+                                            actors::scheduler_mode::overlap,
+                                            actors::scheduler_mode::ideal};
   bool modes_given = false;
   std::optional<double> time_scale;
   std::optional<backends::transfer_overlap> sim_overlap;

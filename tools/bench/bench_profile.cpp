@@ -99,23 +99,23 @@ expected<bench_setup, bench_failure> load_setup(const bench_options& o) {
   // Only the driven model runs: the others would share the store and the CPU.
   s.cfg.models = {*m};
   auto& model = s.cfg.models.front();
-  s.sim = model.backend == "sim";
+  s.sim = model.backend.kind == "sim";
   if ((o.time_scale || o.sim_overlap) && !s.sim)
     return fail(exit_code::usage, fmt::format("--time-scale and --sim-overlap apply to the sim; "
                                               "model '{}' uses backend '{}'",
-                                              model.name, model.backend));
+                                              model.name, model.backend.kind));
   if (o.time_scale)
-    model.sim.time_scale = *o.time_scale;
+    model.backend.sim.time_scale = *o.time_scale;
   if (o.sim_overlap)
-    model.sim.overlap = *o.sim_overlap;
-  if (!s.sim && std::find(o.modes.begin(), o.modes.end(), daemon::scheduler_mode::ideal)
+    model.backend.sim.overlap = *o.sim_overlap;
+  if (!s.sim && std::find(o.modes.begin(), o.modes.end(), actors::scheduler_mode::ideal)
                   != o.modes.end())
     return fail(exit_code::usage, fmt::format("mode 'ideal' models free transfers and needs the "
                                               "sim; model '{}' uses backend '{}': pass --modes "
                                               "fcfs,sync,overlap",
-                                              model.name, model.backend));
-  s.time_scale = s.sim ? model.sim.time_scale : 1.0;
-  auto b = backends::make_backend(model.backend, model.name, model.sim);
+                                              model.name, model.backend.kind));
+  s.time_scale = s.sim ? model.backend.sim.time_scale : 1.0;
+  auto b = backends::make_backend(model.name, model.backend);
   if (!b)
     return fail(exit_code::config, fmt::format("model '{}': backend failed to load: {}",
                                                model.name, b.error().message));

@@ -35,11 +35,11 @@ public:
       ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o_.timeout_s * 1000));
       ro.progress = [this](std::string_view line) { progress(line); };
       if (inproc) {
-        progress(fmt::format("{}{}: running {} requests", label, daemon::to_string(mode),
+        progress(fmt::format("{}{}: running {} requests", label, actors::to_string(mode),
                              reqs.size()));
         auto r = run_mode(ro, mode, reqs);
         if (!r)
-          return unexpected(fmt::format("mode {}: {}", daemon::to_string(mode), r.error()));
+          return unexpected(fmt::format("mode {}: {}", actors::to_string(mode), r.error()));
         auto s = summarize(*r);
         done(label, s, *r, "");
         out.push_back(std::move(s));
@@ -51,10 +51,10 @@ public:
         io.log_level = o_.log_level;
         io.transfers_overlap = setup_.info.caps.transfer_overlaps_compute;
         progress(fmt::format("{}{} (ipc): running {} requests through {}", label,
-                             daemon::to_string(mode), reqs.size(), run_.kvlaned_path));
+                             actors::to_string(mode), reqs.size(), run_.kvlaned_path));
         auto r = run_mode_ipc(io, mode, reqs);
         if (!r)
-          return unexpected(fmt::format("mode {} (ipc): {}", daemon::to_string(mode), r.error()));
+          return unexpected(fmt::format("mode {} (ipc): {}", actors::to_string(mode), r.error()));
         auto s = summarize(*r);
         done(label, s, *r, " (ipc)");
         (inproc && ipc_out ? *ipc_out : out).push_back(std::move(s));
@@ -83,18 +83,18 @@ private:
   const bench_run_options& run_;
 };
 
-/// The quantum sweep: halves scheduler.quantum_tokens from its configured
+/// The quantum sweep: halves scheduler.quantum_steps from its configured
 /// value until a mode preempts at least once per slot per simulated second.
 expected<void, std::string> sweep_quantum(const mode_runner& runner, const bench_options& o,
                                           const bench_setup& setup, const bench_workload& w,
                                           bench_report& report) {
-  std::uint32_t q = std::max(1u, setup.cfg.scheduler.quantum_tokens);
+  std::uint32_t q = std::max(1u, setup.cfg.scheduler.quantum_steps);
   const bool overlap_runs = std::find(o.modes.begin(), o.modes.end(),
-                                      daemon::scheduler_mode::overlap)
+                                      actors::scheduler_mode::overlap)
                             != o.modes.end();
   for (;;) {
     auto run_cfg = setup.cfg;
-    run_cfg.scheduler.quantum_tokens = q;
+    run_cfg.scheduler.quantum_steps = q;
     auto modes = runner.run_all(w.main, run_cfg, fmt::format("quantum {}: ", q), nullptr);
     if (!modes)
       return unexpected(std::move(modes).error());

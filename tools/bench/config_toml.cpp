@@ -69,7 +69,7 @@ public:
   }
 
   toml::table model(const daemon::model_section& m, std::size_t index) {
-    const auto& s = m.sim;
+    const auto& s = m.backend.sim;
     const auto at = "model[" + std::to_string(index) + "]";
     toml::table sim{{"slots", s.slots},
                     {"max_context", s.max_context},
@@ -91,7 +91,7 @@ public:
                                      {"load", faults(s.load_faults, at + ".sim.faults.load")}});
     return toml::table{
       {"name", m.name},
-      {"backend", m.backend},
+      {"backend", m.backend.kind},
       {"store_floor_bytes", integer(m.store_floor_bytes, at + ".store_floor_bytes")},
       {"store_cap_bytes", integer(m.store_cap_bytes, at + ".store_cap_bytes")},
       {"sim", std::move(sim)}};
@@ -117,8 +117,8 @@ public:
                              {"shutdown_grace_ms", d.shutdown_grace.count()},
                              {"log_levels", std::move(log_levels)}}},
       {"model", std::move(models)},
-      {"scheduler", toml::table{{"mode", daemon::to_string(p.mode)},
-                                {"quantum_tokens", p.quantum_tokens},
+      {"scheduler", toml::table{{"mode", actors::to_string(p.mode)},
+                                {"quantum_steps", p.quantum_steps},
                                 {"levels", p.levels},
                                 {"spare_slots", p.spare_slots},
                                 {"max_step_tokens", p.max_step_tokens},

@@ -156,7 +156,7 @@ std::string default_kvlaned_path() {
 }
 
 expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
-                                               daemon::scheduler_mode mode,
+                                               actors::scheduler_mode mode,
                                                std::span<const trace_request> requests) {
   const auto& ro = opts.run;
   auto cfg = ro.cfg;
@@ -168,7 +168,7 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
                    [&](const auto& m) { return m.name == model; }))
     return unexpected(fmt::format("no model named '{}' in the configuration", model));
   const double ts = ro.time_scale > 0 ? ro.time_scale : 1.0;
-  const auto mode_name = daemon::to_string(mode);
+  const auto mode_name = actors::to_string(mode);
   auto progress = [&](std::string_view line) {
     if (ro.progress)
       ro.progress(line);
@@ -240,8 +240,8 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
   result.mode = mode;
   result.time_scale = ts;
   result.store_peaks_known = false;
-  result.serialized = mode == daemon::scheduler_mode::sync
-                      || (mode != daemon::scheduler_mode::fcfs && !opts.transfers_overlap);
+  result.serialized = mode == actors::scheduler_mode::sync
+                      || (mode != actors::scheduler_mode::fcfs && !opts.transfers_overlap);
   result.requests.resize(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     auto& o = result.requests[i];

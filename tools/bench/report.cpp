@@ -43,7 +43,7 @@ std::string num(double x, int decimals = 1) {
 
 mode_summary summarize(const run_result& r) {
   mode_summary s;
-  s.mode = std::string{daemon::to_string(r.mode)};
+  s.mode = std::string{actors::to_string(r.mode)};
   s.requests = r.requests.size();
   std::vector<double> ttft, ttft_int, ttft_batch, tpot, e2e;
   for (auto& o : r.requests) {
@@ -358,14 +358,14 @@ std::string format_report(const bench_report& r) {
                        : "in process, then kvlaned via the client library (\"ipc\" columns)";
   std::string_view overlap = "n/a";
   for (auto& m : c.cfg.models)
-    if (m.name == c.model && m.backend == "sim")
-      overlap = backends::to_string(m.sim.overlap);
+    if (m.name == c.model && m.backend.kind == "sim")
+      overlap = backends::to_string(m.backend.sim.overlap);
   std::string text = fmt::format(
     "\nkvlane-bench: {} requests, offered load {:.3f}, time_scale {}, sim overlap {}\n"
     "path: {}\nall times in simulated ms (wall ms x {})\n\n",
     c.requests, c.offered_load, c.time_scale, overlap, path_desc, c.time_scale);
   if (!r.quantum_sweep.empty()) {
-    text += "quantum sweep (scheduler.quantum_tokens halved until >= 1 preemption/slot/s):\n";
+    text += "quantum sweep (scheduler.quantum_steps halved until >= 1 preemption/slot/s):\n";
     text += format_quantum_sweep(r.quantum_sweep);
     text += "\n" + format_targets(r.targets);
     return text;

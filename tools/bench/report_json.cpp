@@ -105,8 +105,8 @@ json profile_json(const report_context& c) {
     j["toml"] = c.profile_toml;
   j["model"] = c.model;
   if (m) {
-    j["backend"] = m->backend;
-    const auto& s = m->sim;
+    j["backend"] = m->backend.kind;
+    const auto& s = m->backend.sim;
     j["sim"] = json{{"slots", s.slots},
                     {"max_context", s.max_context},
                     {"max_prefill_chunk", s.max_prefill_chunk},
@@ -125,7 +125,7 @@ json profile_json(const report_context& c) {
                     {"eos_rate", json_figure(s.eos_rate)}};
   }
   const auto& p = c.cfg.scheduler;
-  j["scheduler"] = json{{"quantum_tokens", p.quantum_tokens},
+  j["scheduler"] = json{{"quantum_tokens", p.quantum_steps},
                         {"levels", p.levels},
                         {"spare_slots", p.spare_slots},
                         {"max_step_tokens", p.max_step_tokens},

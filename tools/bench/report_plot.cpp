@@ -8,16 +8,16 @@ namespace kvlane::tools::bench {
 
 namespace {
 
-plot_page quantum_sweep_page(const bench_report& r, std::span<const daemon::scheduler_mode> modes) {
+plot_page quantum_sweep_page(const bench_report& r, std::span<const actors::scheduler_mode> modes) {
   plot_page page;
   page.title = fmt::format("kvlane-bench quantum sweep ({} requests, load {:.2f})", r.ctx.requests,
                            r.ctx.offered_load);
   plot_panel a{"output tokens/s vs preemptions/s", "preemptions per simulated second",
                "output tokens/s", false, plot_style::linespoints, {}, {}};
-  plot_panel b{"output tokens/s vs quantum", "scheduler.quantum_tokens (log)", "output tokens/s",
+  plot_panel b{"output tokens/s vs quantum", "scheduler.quantum_steps (log)", "output tokens/s",
                true, plot_style::linespoints, {}, {}};
   for (auto mode : modes) {
-    plot_series sa{std::string{daemon::to_string(mode)}, {}}, sb = sa;
+    plot_series sa{std::string{actors::to_string(mode)}, {}}, sb = sa;
     for (auto& p : r.quantum_sweep)
       for (auto& s : p.modes)
         if (s.mode == sa.title) {
@@ -35,7 +35,7 @@ plot_page quantum_sweep_page(const bench_report& r, std::span<const daemon::sche
   return page;
 }
 
-plot_page comparison_page(const bench_report& r, std::span<const daemon::scheduler_mode> modes) {
+plot_page comparison_page(const bench_report& r, std::span<const actors::scheduler_mode> modes) {
   plot_page page;
   page.title = fmt::format("kvlane-bench: {} requests, offered load {:.2f}, {}", r.ctx.requests,
                            r.ctx.offered_load,
@@ -68,7 +68,7 @@ plot_page comparison_page(const bench_report& r, std::span<const daemon::schedul
                   "TTFT p99, simulated ms", false, plot_style::linespoints, {}, {}};
     sw.key = "top left";
     for (auto mode : modes) {
-      plot_series s{std::string{daemon::to_string(mode)}, {}};
+      plot_series s{std::string{actors::to_string(mode)}, {}};
       for (auto& p : r.load_sweep)
         for (auto& x : p.modes)
           if (x.mode == s.title)
@@ -85,7 +85,7 @@ plot_page comparison_page(const bench_report& r, std::span<const daemon::schedul
 
 } // namespace
 
-plot_page report_plot(const bench_report& r, std::span<const daemon::scheduler_mode> modes) {
+plot_page report_plot(const bench_report& r, std::span<const actors::scheduler_mode> modes) {
   return r.quantum_sweep.empty() ? comparison_page(r, modes) : quantum_sweep_page(r, modes);
 }
 

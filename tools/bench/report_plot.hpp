@@ -19,6 +19,6 @@
 namespace kvlane::tools::bench {
 
 /// The page for `r`; `modes` orders the curves of the sweeps.
-plot_page report_plot(const bench_report& r, std::span<const daemon::scheduler_mode> modes);
+plot_page report_plot(const bench_report& r, std::span<const actors::scheduler_mode> modes);
 
 } // namespace kvlane::tools::bench

@@ -47,7 +47,7 @@ TEST_CASE("bench config_toml: the written kvlane.toml parses back to the same co
 TEST_CASE("bench config_toml: an integer TOML cannot hold is an error that names its key") {
   auto cfg = builtin_profile();
   REQUIRE(cfg.has_value());
-  cfg->models.front().sim.seed = 1ull << 63;
+  cfg->models.front().backend.sim.seed = 1ull << 63;
   auto sut = config_toml(*cfg);
   REQUIRE_FALSE(sut.has_value());
   CHECK(sut.error().find("model[0].sim.seed") != std::string::npos);

@@ -117,7 +117,7 @@ TEST_CASE("bench report: the JSON document parses and keeps its documented key o
   sut.ctx.command_line = "kvlane-bench --trace \"odd\nname\".csv";
   sut.ctx.cfg.models.push_back({});
   sut.ctx.model = sut.ctx.cfg.models[0].name;
-  sut.modes.push_back(summarize(fake_run(daemon::scheduler_mode::overlap, 1)));
+  sut.modes.push_back(summarize(fake_run(actors::scheduler_mode::overlap, 1)));
   sut.ratios = standard_ratios(sut.modes); // no ideal: ratios of nothing
   sut.targets = comparison_targets(sut.modes, true); // not judged: pass is null
   auto doc = nlohmann::json::parse(to_json(sut));
