@@ -101,13 +101,16 @@ struct child_process::state {
   }
 
   void append(const char* data, std::size_t n) {
-    std::lock_guard lock{mutex};
-    output.append(data, n);
-    if (output.size() > max_output) {
-      const auto cut = output.size() - max_output;
-      output.erase(0, cut);
-      dropped += cut;
+    {
+      std::lock_guard lock{mutex};
+      output.append(data, n);
+      if (output.size() > max_output) {
+        const auto cut = output.size() - max_output;
+        output.erase(0, cut);
+        dropped += cut;
+      }
     }
+    cv.notify_all(); // wait_for_output looks again
   }
 
   void read_output() {

@@ -35,6 +35,16 @@ TEST_CASE("child_process: a child killed by a signal reports 128 + the signal") 
   CHECK(sut.wait_exit(10s) == 128 + SIGKILL);
 }
 
+TEST_CASE("child_process: wait_for_output returns when the line arrives, not at its deadline") {
+  // The child outlives the line by 30 s and the wait's deadline is 60 s: had the
+  // wait run to its deadline, the child would have exited by then.
+  auto sut = shell("echo started; exec sleep 30");
+  REQUIRE(sut.wait_for_output("started", 60s));
+  CHECK_FALSE(sut.exit_status().has_value());
+  sut.signal(SIGKILL);
+  CHECK(sut.wait_exit(10s) == 128 + SIGKILL);
+}
+
 TEST_CASE("child_process: wait_for_output finds each needle after the previous match and fails at EOF") {
   auto sut = shell("echo step; echo step; echo done");
   CHECK(sut.wait_for_output("step", 10s));
