@@ -1,6 +1,7 @@
 #include "tools/bench/bench_runner.hpp"
 
 #include "actors/engine.hpp"
+#include "common/elapsed.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -18,10 +19,6 @@ namespace kvlane::tools::bench {
 namespace {
 
 using clock = std::chrono::steady_clock;
-
-double ms_between(clock::time_point a, clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 /// Where every request's sink records its end; shared by all sinks of a run.
 struct collector {

@@ -1,6 +1,7 @@
 #include "tools/bench/ipc_driver.hpp"
 
 #include "common/child_process.hpp"
+#include "common/elapsed.hpp"
 #include "common/temp_dir.hpp"
 #include "tools/admin_connection.hpp"
 #include "tools/bench/admin_status.hpp"
@@ -29,10 +30,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-double ms_between(clock::time_point a, clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 /// Starts kvlaned. Its output is drained for the whole run (a full pipe would
 /// block its logging): warnings and errors are forwarded to this process's
