@@ -339,15 +339,15 @@ public:
       out.slots_busy += o.has_value();
     for (auto& [id, s] : st_.seqs) {
       switch (s->state) {
-        case kv_state::queued: ++out.waiting; break;
+        case kv_state::queued: ++out.queued; break;
         case kv_state::resident: ++out.resident; break;
         case kv_state::parked: ++out.parked; break;
         case kv_state::loading: ++out.loading; break;
         case kv_state::dumping: ++out.dumping; break;
       }
       if (s->state == kv_state::queued || s->state == kv_state::parked)
-        ++(s->position.cls == priority_class::interactive ? out.queued_interactive
-                                                          : out.queued_batch);
+        ++(s->position.cls == priority_class::interactive ? out.without_slot_interactive
+                                                          : out.without_slot_batch);
     }
     auto full = st_.info.caps.extent == backends::snapshot_extent::full_slot
                   ? st_.info.snapshot_bytes

@@ -66,8 +66,10 @@ struct scheduler_stats {
   actors::scheduler_mode mode = actors::scheduler_mode::overlap;
   std::uint32_t slots = 0;
   std::uint32_t slots_busy = 0; ///< resident, loading or dumping
-  std::uint32_t resident = 0, waiting = 0, parked = 0, loading = 0, dumping = 0;
-  std::uint32_t queued_interactive = 0, queued_batch = 0; ///< without a slot
+  /// Sequences by where their KV is (seq_phase), ended ones aside.
+  std::uint32_t queued = 0, resident = 0, dumping = 0, parked = 0, loading = 0;
+  /// Sequences that hold no slot (queued or parked), by priority class.
+  std::uint32_t without_slot_interactive = 0, without_slot_batch = 0;
   std::uint64_t submitted = 0, finished = 0, cancelled = 0, failed = 0;
   std::uint64_t steps = 0, tokens_generated = 0, prefill_tokens = 0;
   std::uint64_t preemptions = 0, swaps = 0, recomputes = 0;

@@ -383,15 +383,13 @@ expected<actors::scheduler_stats, std::string> stats_from_status(const json& rep
       auto ms = [&](const char* k) { return m.at(k).get<double>() * 1000.0; };
       s.slots = u32("slots");
       s.slots_busy = u32("slots_busy");
+      s.queued = u32("queued");
       s.resident = u32("resident");
       s.parked = u32("parked");
       s.loading = u32("loading");
       s.dumping = u32("dumping");
-      s.queued_interactive = u32("queued_interactive");
-      s.queued_batch = u32("queued_batch");
-      // Sequences without a slot are the waiting ones (no KV) and the parked ones.
-      const auto without_slot = s.queued_interactive + s.queued_batch;
-      s.waiting = without_slot > s.parked ? without_slot - s.parked : 0;
+      s.without_slot_interactive = u32("without_slot_interactive");
+      s.without_slot_batch = u32("without_slot_batch");
       s.submitted = u64("submitted");
       s.finished = u64("finished");
       s.cancelled = u64("cancelled");
@@ -720,7 +718,7 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
                       : expected<actors::scheduler_stats, std::string>{unexpected(reply.error())};
       const auto now = clock::now();
       if (st) {
-        gauges.add(*st, now, result.timeline, result.peak_waiting);
+        gauges.add(*st, now, result.timeline, result.peak_without_slot);
       } else if (sampler_error.empty()) {
         sampler_error = st.error();
       }

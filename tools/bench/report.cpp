@@ -101,7 +101,7 @@ mode_summary summarize(const run_result& r) {
   s.peak_snapshots = r.peak_snapshots;
   s.store_peaks_known = r.store_peaks_known;
   s.mean_slots_busy = r.mean_slots_busy;
-  s.peak_waiting = r.peak_waiting;
+  s.peak_without_slot = r.peak_without_slot;
   s.max_submit_lag_ms = r.max_submit_lag_ms * r.time_scale;
   s.step_stretch = r.modeled_step_busy_ms > 0
                      ? st.step_busy_ms * r.time_scale / r.modeled_step_busy_ms
@@ -243,7 +243,8 @@ std::string format_table(const std::vector<mode_summary>& modes,
     return m.store_peaks_known ? fmt::format("{}", m.peak_snapshots) : std::string{"-"};
   });
   row("mean slots busy", [](const mode_summary& m) { return num(m.mean_slots_busy, 1); });
-  row("peak waiting", [](const mode_summary& m) { return fmt::format("{}", m.peak_waiting); });
+  row("peak without slot",
+      [](const mode_summary& m) { return fmt::format("{}", m.peak_without_slot); });
   row("makespan s", [](const mode_summary& m) { return num(m.makespan_s, 1); });
   row("max submit lag ms", [](const mode_summary& m) { return num(m.max_submit_lag_ms, 0); });
   row("step stretch", [](const mode_summary& m) { return num(m.step_stretch, 3); });
@@ -377,7 +378,7 @@ void write_mode(json_writer& w, const mode_summary& m, bool timeline) {
     w.key("peak_snapshots").null();
   }
   w.field("mean_slots_busy", m.mean_slots_busy);
-  w.field("peak_waiting", m.peak_waiting);
+  w.field("peak_without_slot", m.peak_without_slot);
   w.field("slots", m.slots);
   w.field("max_submit_lag_ms", m.max_submit_lag_ms);
   w.field("step_stretch", m.step_stretch);
@@ -385,13 +386,13 @@ void write_mode(json_writer& w, const mode_summary& m, bool timeline) {
   if (m.ipc_vs_inproc_throughput)
     w.field("ipc_vs_inproc_throughput", *m.ipc_vs_inproc_throughput);
   if (timeline) {
-    w.field("timeline_columns", "t_s slots_busy resident waiting parked queued_interactive "
-                                "queued_batch npu_busy tokens_generated preemptions");
+    w.field("timeline_columns", "t_s slots_busy resident queued parked without_slot_interactive "
+                                "without_slot_batch npu_busy tokens_generated preemptions");
     w.key("timeline").begin_array();
     for (auto& t : m.timeline)
       w.value(fmt::format("{:.1f} {} {} {} {} {} {} {:.3f} {} {}", t.t_s, t.slots_busy,
-                          t.resident, t.waiting, t.parked, t.queued_interactive, t.queued_batch,
-                          t.npu_busy, t.tokens_generated, t.preemptions));
+                          t.resident, t.queued, t.parked, t.without_slot_interactive,
+                          t.without_slot_batch, t.npu_busy, t.tokens_generated, t.preemptions));
     w.end_array();
   }
   w.end_object();
