@@ -1,6 +1,8 @@
 #include "actors/mlfq_policy.hpp"
 
 #include <algorithm>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 
 namespace kvlane::actors {
@@ -85,28 +87,27 @@ std::vector<std::size_t> mlfq_policy::rank(std::span<const rank_entry> entries) 
             [&](std::size_t a, std::size_t b) { return ranks_before(pos(a), pos(b)); });
   // Within one (class, level), interleave clients round-robin so one client
   // with many requests cannot crowd out another.
+  // Each entry's round is its index among its client's entries in the group;
+  // within a round, clients go in the order of their first entry.
   std::vector<std::size_t> out;
   out.reserve(all.size());
-  std::vector<std::pair<std::string_view, std::vector<std::size_t>>> by_client;
+  std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>> clients;
+  std::vector<std::tuple<std::size_t, std::size_t, std::size_t>> keyed; // round, client, entry
   for (std::size_t i = 0; i < all.size();) {
     const auto& head = pos(all[i]);
     std::size_t j = i;
     while (j < all.size() && pos(all[j]).cls == head.cls && pos(all[j]).level == head.level)
       ++j;
-    by_client.clear();
+    clients.clear();
+    keyed.clear();
     for (std::size_t k = i; k < j; ++k) {
-      auto client = entries[all[k]].client;
-      auto it = std::find_if(by_client.begin(), by_client.end(),
-                             [&](auto& c) { return c.first == client; });
-      if (it == by_client.end())
-        by_client.push_back({client, {all[k]}});
-      else
-        it->second.push_back(all[k]);
+      // first: the client's order of appearance; second: its entries so far.
+      auto [it, added] = clients.try_emplace(entries[all[k]].client, clients.size(), 0);
+      keyed.emplace_back(it->second.second++, it->second.first, all[k]);
     }
-    for (std::size_t round = 0; out.size() < j; ++round)
-      for (auto& [client, list] : by_client)
-        if (round < list.size())
-          out.push_back(list[round]);
+    std::sort(keyed.begin(), keyed.end());
+    for (auto& [round, client, entry] : keyed)
+      out.push_back(entry);
     i = j;
   }
   return out;
