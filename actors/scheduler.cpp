@@ -23,6 +23,9 @@ using actors::scheduler_mode;
 
 constexpr std::uint32_t max_step_failures = 3;
 
+/// The scheduler's note to itself: plan the submits that arrived in a burst.
+using replan_atom = caf::atom_constant<caf::atom("replan")>;
+
 double ms_between(clock::time_point a, clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -88,6 +91,8 @@ struct scheduler_state {
   cost_model costs;
   scheduler_stats stats;
   bool shutting_down = false;
+  bool replan_queued = false; ///< a replan_atom is in the mailbox
+  bool plan_stale = false;    ///< submits arrived since the last plan
 
   overlap_meter overlap; ///< how much transfer time the steps hid
 };
@@ -115,7 +120,7 @@ public:
     ++st_.stats.submitted;
     notify(*seq, seq_phase::queued);
     st_.seqs.emplace(seq->id, std::move(seq));
-    schedule();
+    schedule_after_burst();
   }
 
   void on_cancel(seq_id id, std::string_view why) {
@@ -462,10 +467,37 @@ private:
   // -- the planner -----------------------------------------------------------------
 
   void schedule() {
+    st_.plan_stale = false;
     if (!st_.shutting_down)
       plan_slots();
     maybe_step();
   }
+
+  // A burst of submits is planned once, not once per submit: a submit only
+  // marks the plan stale and queues a note behind what is in the mailbox. Any
+  // other event plans first, so it sees the same state as if every submit had
+  // been planned at once.
+  void schedule_after_burst() {
+    st_.plan_stale = true;
+    if (st_.replan_queued)
+      return;
+    st_.replan_queued = true;
+    self_->send(self_, replan_atom::value);
+  }
+
+public:
+  /// Plans now if submits left the plan stale.
+  void catch_up() {
+    if (st_.plan_stale)
+      schedule();
+  }
+
+  void on_replan() {
+    st_.replan_queued = false;
+    catch_up();
+  }
+
+private:
 
   // Carries out the planner's decisions as it makes them.
   class planned_actions final : public slot_actions {
@@ -593,12 +625,17 @@ private:
     auto& lane = st_.serialized ? st_.compute : st_.transfer;
     ++(st_.serialized ? st_.transfers_on_compute_lane : st_.transfers_on_transfer_lane);
     self_->request(lane, caf::infinite, transfer_atom::value, std::move(job))
-      .then([self = self_](transfer_done_ptr done) { scheduler_logic{self}.on_transfer_done(*done); },
-            [self = self_](caf::error& err) {
-              self->state.log->critical("model '{}': transfer lane failed: {}",
-                                        self->state.setup.model, caf::to_string(err));
-              self->quit(err);
-            });
+      .then(
+        [self = self_](transfer_done_ptr done) {
+          scheduler_logic logic{self};
+          logic.catch_up();
+          logic.on_transfer_done(*done);
+        },
+        [self = self_](caf::error& err) {
+          self->state.log->critical("model '{}': transfer lane failed: {}", self->state.setup.model,
+                                    caf::to_string(err));
+          self->quit(err);
+        });
   }
 
   void maybe_step() {
@@ -634,12 +671,17 @@ private:
     st_.step_in_flight = true;
     st_.step_started = clock::now();
     self_->request(st_.compute, caf::infinite, step_atom::value, std::move(plan))
-      .then([self = self_](step_done_ptr done) { scheduler_logic{self}.on_step_done(*done); },
-            [self = self_](caf::error& err) {
-              self->state.log->critical("model '{}': compute lane failed: {}",
-                                        self->state.setup.model, caf::to_string(err));
-              self->quit(err);
-            });
+      .then(
+        [self = self_](step_done_ptr done) {
+          scheduler_logic logic{self};
+          logic.catch_up();
+          logic.on_step_done(*done);
+        },
+        [self = self_](caf::error& err) {
+          self->state.log->critical("model '{}': compute lane failed: {}", self->state.setup.model,
+                                    caf::to_string(err));
+          self->quit(err);
+        });
   }
 
   scheduler_actor* self_;
@@ -704,11 +746,19 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   });
   return {
     [self](submit_atom, submission_ptr s) { scheduler_logic{self}.on_submit(*s); },
-    [self](cancel_atom, seq_id id) { scheduler_logic{self}.on_cancel(id, "cancelled"); },
+    [self](replan_atom) { scheduler_logic{self}.on_replan(); },
+    [self](cancel_atom, seq_id id) {
+      scheduler_logic logic{self};
+      logic.catch_up();
+      logic.on_cancel(id, "cancelled");
+    },
     [self](stats_atom) -> scheduler_stats_ptr {
-      return std::make_shared<const scheduler_stats>(scheduler_logic{self}.snapshot_stats());
+      scheduler_logic logic{self};
+      logic.catch_up();
+      return std::make_shared<const scheduler_stats>(logic.snapshot_stats());
     },
     [self](policy_atom, actors::scheduler_policy p) -> bool {
+      scheduler_logic{self}.catch_up();
       apply_policy(self->state, p);
       self->state.log->info("model '{}': policy updated: quantum {}, levels {}, spare slots {}, "
                             "max step tokens {}, aging steps {}",
@@ -719,10 +769,14 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
       return true;
     },
     [self](list_atom) -> sequence_list_ptr {
-      return std::make_shared<const std::vector<sequence_info>>(scheduler_logic{self}.list());
+      scheduler_logic logic{self};
+      logic.catch_up();
+      return std::make_shared<const std::vector<sequence_info>>(logic.list());
     },
     [self](shutdown_atom, std::string why) -> bool {
-      scheduler_logic{self}.on_shutdown(why);
+      scheduler_logic logic{self};
+      logic.catch_up();
+      logic.on_shutdown(why);
       return true;
     },
   };
