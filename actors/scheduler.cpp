@@ -718,10 +718,11 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   st.info = setup.backend->info();
   st.mode = setup.policy.mode;
   st.slot_owner.assign(st.info.slots, std::nullopt);
-  st.fallback = st.mode == scheduler_mode::overlap && !st.info.caps.transfer_overlaps_compute;
-  st.serialized = st.mode == scheduler_mode::sync || st.fallback;
+  const auto placement = place_transfers(st.mode, st.info.caps.transfer_overlaps_compute);
+  st.fallback = placement.fallback;
+  st.serialized = placement.on_compute_lane;
   st.mlfq = mlfq_policy{{st.mode != scheduler_mode::fcfs, st.fallback, st.info.max_prefill_chunk},
-                          {}};
+                        {}};
   apply_policy(st, setup.policy);
   if (st.fallback)
     st.log->info("model '{}': backend cannot overlap transfers with compute; "
