@@ -475,8 +475,8 @@ private:
 
   // A burst of submits is planned once, not once per submit: a submit only
   // marks the plan stale and queues a note behind what is in the mailbox. Any
-  // other event plans first, so it sees the same state as if every submit had
-  // been planned at once.
+  // other event plans first (catch_up), so none is handled against a stale
+  // plan; the submits of a burst are ranked together.
   void schedule_after_burst() {
     st_.plan_stale = true;
     if (st_.replan_queued)
