@@ -1,16 +1,10 @@
 #include "actors/overlap_meter.hpp"
 
+#include "common/elapsed.hpp"
+
 #include <algorithm>
 
 namespace kvlane::actors {
-
-namespace {
-
-double ms_between(overlap_meter::time_point a, overlap_meter::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-} // namespace
 
 void overlap_meter::add_step(time_point start, time_point end) {
   steps_.emplace_back(start, end);

@@ -1,11 +1,13 @@
 #include "actors/scheduler.hpp"
 
 #include "actors/cost_model.hpp"
+#include "actors/exception_handler.hpp"
 #include "actors/lane.hpp"
 #include "actors/mlfq_policy.hpp"
 #include "actors/overlap_meter.hpp"
 #include "actors/slot_planner.hpp"
 #include "actors/step_composer.hpp"
+#include "common/elapsed.hpp"
 #include "common/logging.hpp"
 
 #include <caf/event_based_actor.hpp>
@@ -26,9 +28,6 @@ constexpr std::uint32_t max_step_failures = 3;
 /// The scheduler's note to itself: plan the submits that arrived in a burst.
 using replan_atom = caf::atom_constant<caf::atom("replan")>;
 
-double ms_between(clock::time_point a, clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 seq_phase phase_of(kv_state s) {
   switch (s) {
@@ -735,16 +734,8 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   self->link_to(st.compute);
   self->link_to(st.transfer);
   st.setup = std::move(setup);
-  self->set_exception_handler([self](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      self->state.log->critical("scheduler '{}': {}", self->state.setup.model, x.what());
-    } catch (...) {
-      self->state.log->critical("scheduler '{}': unknown exception", self->state.setup.model);
-    }
-    return caf::sec::runtime_error;
-  });
+  self->set_exception_handler(log_and_stop("scheduler", spdlog::level::critical,
+                                           "scheduler '" + self->state.setup.model + "'"));
   return {
     [self](submit_atom, submission_ptr s) { scheduler_logic{self}.on_submit(*s); },
     [self](replan_atom) { scheduler_logic{self}.on_replan(); },
