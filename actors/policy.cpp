@@ -12,4 +12,11 @@ std::string_view to_string(scheduler_mode m) noexcept {
   return "unknown";
 }
 
+transfer_placement place_transfers(scheduler_mode mode, bool backend_overlaps) noexcept {
+  transfer_placement p;
+  p.fallback = mode == scheduler_mode::overlap && !backend_overlaps;
+  p.on_compute_lane = mode == scheduler_mode::sync || p.fallback;
+  return p;
+}
+
 } // namespace kvlane::actors

@@ -21,6 +21,20 @@ enum class scheduler_mode : std::uint8_t {
 };
 std::string_view to_string(scheduler_mode m) noexcept;
 
+/// Where a scheduler runs its transfers, from its mode and what its backend
+/// can do.
+struct transfer_placement {
+  /// Transfers run on the compute lane, between steps: `sync`, or `overlap` on
+  /// a backend whose transfers cannot overlap compute.
+  bool on_compute_lane = false;
+  /// `overlap` on such a backend: serialized as above, with 4x longer quanta
+  /// below level 0 (fewer, larger switches).
+  bool fallback = false;
+
+  friend bool operator==(const transfer_placement&, const transfer_placement&) = default;
+};
+transfer_placement place_transfers(scheduler_mode mode, bool backend_overlaps) noexcept;
+
 struct scheduler_policy {
   scheduler_mode mode = scheduler_mode::overlap;
   /// Steps a sequence runs at level 0 before it drops a level. A step counts

@@ -1,14 +1,19 @@
 #include "actors/scheduler.hpp"
 
 #include "actors/cost_model.hpp"
+#include "actors/exception_handler.hpp"
 #include "actors/lane.hpp"
+#include "actors/mlfq_policy.hpp"
+#include "actors/overlap_meter.hpp"
+#include "actors/slot_planner.hpp"
+#include "actors/step_composer.hpp"
+#include "common/elapsed.hpp"
 #include "common/logging.hpp"
 
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
 #include <algorithm>
-#include <map>
 #include <unordered_map>
 
 namespace kvlane::actors {
@@ -20,25 +25,17 @@ using actors::scheduler_mode;
 
 constexpr std::uint32_t max_step_failures = 3;
 
-double ms_between(clock::time_point a, clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
+/// The scheduler's note to itself: plan the submits that arrived in a burst.
+using replan_atom = caf::atom_constant<caf::atom("replan")>;
 
-enum class seq_state : std::uint8_t {
-  waiting, ///< no KV anywhere: new, or dropped and to be recomputed
-  resident,
-  dumping,
-  parked,
-  loading,
-};
 
-seq_phase phase_of(seq_state s) {
+seq_phase phase_of(kv_state s) {
   switch (s) {
-    case seq_state::waiting: return seq_phase::queued;
-    case seq_state::resident: return seq_phase::resident;
-    case seq_state::dumping: return seq_phase::dumping;
-    case seq_state::parked: return seq_phase::parked;
-    case seq_state::loading: return seq_phase::loading;
+    case kv_state::queued: return seq_phase::queued;
+    case kv_state::resident: return seq_phase::resident;
+    case kv_state::dumping: return seq_phase::dumping;
+    case kv_state::parked: return seq_phase::parked;
+    case kv_state::loading: return seq_phase::loading;
   }
   return seq_phase::queued;
 }
@@ -46,29 +43,25 @@ seq_phase phase_of(seq_state s) {
 struct sequence {
   seq_id id = 0;
   std::string client;
-  priority_class cls = priority_class::interactive;
   caf::actor session;
   std::vector<token_id> tokens; ///< prompt, then generated tokens
   std::uint32_t prompt_len = 0;
   std::uint32_t generated = 0;
   sampler smp;
-  seq_state state = seq_state::waiting;
+  kv_state state = kv_state::queued;
   std::uint32_t kv_len = 0; ///< positions valid in the slot or snapshot
   std::optional<slot_id> slot;
   ipc::snapshot_handle snapshot;
   std::uint64_t generation = 0; ///< bumped at every dump
   bool in_step = false;
   bool cancelled = false; ///< cancel arrived while a lane works on it
-  std::uint32_t level = 0;
-  std::uint32_t quantum_used = 0;
-  std::uint64_t turn = 0;
-  std::uint64_t waited_steps = 0;
+  mlfq_position position;
   std::uint32_t step_failures = 0;
   std::uint32_t preemptions = 0;
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
 
   explicit sequence(const submission& s)
-    : id(s.id), client(s.client), cls(s.priority), tokens(s.prompt),
+    : id(s.id), client(s.client), tokens(s.prompt),
       prompt_len(static_cast<std::uint32_t>(s.prompt.size())), smp(s.sampling) {}
 };
 
@@ -83,15 +76,12 @@ struct scheduler_state {
   scheduler_mode mode = scheduler_mode::overlap;
   bool serialized = false; ///< transfers share the compute lane (sync, or no overlap)
   bool fallback = false;   ///< overlap mode on a backend that cannot overlap
-  std::uint32_t quantum = 64;
-  std::uint32_t levels = 4;
+  mlfq_policy mlfq;
   std::uint32_t max_step_tokens = 0;
-  std::uint32_t aging_steps = 0;
   std::uint32_t spare = 1;
 
   std::unordered_map<seq_id, std::unique_ptr<sequence>> seqs;
   std::vector<std::optional<seq_id>> slot_owner;
-  std::uint64_t next_turn = 1;
   std::uint64_t step_number = 0;
   bool step_in_flight = false;
   clock::time_point step_started;
@@ -100,9 +90,10 @@ struct scheduler_state {
   cost_model costs;
   scheduler_stats stats;
   bool shutting_down = false;
+  bool replan_queued = false; ///< a replan_atom is in the mailbox
+  bool plan_stale = false;    ///< submits arrived since the last plan
 
-  // Intervals of recent steps, to find how much transfer time they hid.
-  std::vector<std::pair<clock::time_point, clock::time_point>> recent_steps;
+  overlap_meter overlap; ///< how much transfer time the steps hid
 };
 
 using scheduler_actor = caf::stateful_actor<scheduler_state>;
@@ -124,12 +115,11 @@ public:
     }
     auto seq = std::make_unique<sequence>(s);
     seq->session = s.session;
-    seq->turn = st_.next_turn++;
-    seq->level = initial_level(seq->prompt_len);
+    seq->position = st_.mlfq.enter(s.priority, seq->prompt_len);
     ++st_.stats.submitted;
     notify(*seq, seq_phase::queued);
     st_.seqs.emplace(seq->id, std::move(seq));
-    schedule();
+    schedule_after_burst();
   }
 
   void on_cancel(seq_id id, std::string_view why) {
@@ -137,14 +127,14 @@ public:
     if (!s)
       return;
     switch (s->state) {
-      case seq_state::waiting:
+      case kv_state::queued:
         finish(*s, end_reason::cancelled, std::string{why});
         break;
-      case seq_state::parked:
+      case kv_state::parked:
         (void)st_.setup.store->free(s->snapshot);
         finish(*s, end_reason::cancelled, std::string{why});
         break;
-      case seq_state::resident:
+      case kv_state::resident:
         if (s->in_step) {
           s->cancelled = true;
         } else {
@@ -152,8 +142,8 @@ public:
           finish(*s, end_reason::cancelled, std::string{why});
         }
         break;
-      case seq_state::dumping:
-      case seq_state::loading:
+      case kv_state::dumping:
+      case kv_state::loading:
         s->cancelled = true; // completed in on_transfer_done
         break;
     }
@@ -195,7 +185,7 @@ public:
     st_.costs.observe_step(total_tokens, ms);
     ++st_.stats.steps;
     st_.stats.step_busy_ms += ms;
-    remember_step(done.start, done.end);
+    st_.overlap.add_step(done.start, done.end);
 
     for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
       auto* s = find(plan.seqs[i]);
@@ -209,7 +199,7 @@ public:
         finish(*s, end_reason::cancelled, "cancelled");
         continue;
       }
-      use_quantum(*s);
+      st_.mlfq.charge_step(s->position);
       if (s->kv_len < s->tokens.size())
         continue; // a prefill chunk that is not the last one
       auto tok = s->smp.sample(done.out.row(i));
@@ -256,11 +246,11 @@ public:
         drop_kv(*s);
       } else {
         st_.costs.observe_dump(bytes, ms);
-        set_state(*s, seq_state::parked);
+        set_state(*s, kv_state::parked);
         s->snapshot = done.job.snapshot;
       }
       if (s->cancelled) {
-        if (s->state == seq_state::parked)
+        if (s->state == kv_state::parked)
           (void)store->free(s->snapshot);
         finish(*s, end_reason::cancelled, "cancelled");
       }
@@ -282,7 +272,7 @@ public:
         st_.costs.observe_load(bytes, ms);
         s->kv_len = done.job.cache_len;
       }
-      set_state(*s, seq_state::resident);
+      set_state(*s, kv_state::resident);
       if (s->cancelled) {
         release_slot(*s);
         finish(*s, end_reason::cancelled, "cancelled");
@@ -304,13 +294,13 @@ public:
         continue;
       // Lanes still working on a sequence hold its slot; the store pages of a
       // parked one go back now. Nothing is waited for: the streams end here.
-      if (s->state == seq_state::parked)
+      if (s->state == kv_state::parked)
         (void)st_.setup.store->free(s->snapshot);
-      if (s->state == seq_state::resident && !s->in_step)
+      if (s->state == kv_state::resident && !s->in_step)
         release_slot(*s);
       auto& seq = *s;
       finish_stream(seq, end_reason::cancelled, why);
-      if (seq.state == seq_state::dumping || seq.state == seq_state::loading || seq.in_step) {
+      if (seq.state == kv_state::dumping || seq.state == kv_state::loading || seq.in_step) {
         seq.cancelled = true;
         seq.session = {};
       } else {
@@ -330,11 +320,11 @@ public:
       i.id = id;
       i.client = s->client;
       i.model = st_.setup.model;
-      i.priority = s->cls;
+      i.priority = s->position.cls;
       i.phase = phase_of(s->state);
       i.tokens_in = s->prompt_len;
       i.tokens_out = s->generated;
-      i.level = s->level;
+      i.level = s->position.level;
       i.preemptions = s->preemptions;
       i.slot = s->slot ? static_cast<std::int32_t>(*s->slot) : -1;
       i.age_ms = ms_between(s->arrived, now);
@@ -353,14 +343,15 @@ public:
       out.slots_busy += o.has_value();
     for (auto& [id, s] : st_.seqs) {
       switch (s->state) {
-        case seq_state::waiting: ++out.waiting; break;
-        case seq_state::resident: ++out.resident; break;
-        case seq_state::parked: ++out.parked; break;
-        case seq_state::loading: ++out.loading; break;
-        case seq_state::dumping: ++out.dumping; break;
+        case kv_state::queued: ++out.queued; break;
+        case kv_state::resident: ++out.resident; break;
+        case kv_state::parked: ++out.parked; break;
+        case kv_state::loading: ++out.loading; break;
+        case kv_state::dumping: ++out.dumping; break;
       }
-      if (s->state == seq_state::waiting || s->state == seq_state::parked)
-        ++(s->cls == priority_class::interactive ? out.queued_interactive : out.queued_batch);
+      if (s->state == kv_state::queued || s->state == kv_state::parked)
+        ++(s->position.cls == priority_class::interactive ? out.without_slot_interactive
+                                                          : out.without_slot_batch);
     }
     auto full = st_.info.caps.extent == backends::snapshot_extent::full_slot
                   ? st_.info.snapshot_bytes
@@ -380,84 +371,24 @@ private:
     return it == st_.seqs.end() ? nullptr : it->second.get();
   }
 
-  std::uint32_t quantum_of(std::uint32_t level) const {
-    auto q = st_.quantum << std::min(level, 20u);
-    // Serialized fallback: fewer, larger switches below the top level, so new
-    // requests still get their first turn as early as in sync mode.
-    return level > 0 && st_.fallback ? q * 4 : q;
-  }
-
-  // Skip-join: a long prompt enters at the level whose quantum covers its
-  // prefill, instead of being demoted level by level.
-  std::uint32_t initial_level(std::uint32_t prompt_len) const {
-    if (st_.mode == scheduler_mode::fcfs)
-      return 0;
-    auto chunk = std::max(1u, st_.info.max_prefill_chunk);
-    auto prefill_steps = (prompt_len + chunk - 1) / chunk;
-    std::uint32_t level = 0;
-    while (level + 1 < st_.levels && quantum_of(level) < prefill_steps)
-      ++level;
-    return level;
-  }
-
-  void use_quantum(sequence& s) {
-    if (st_.mode == scheduler_mode::fcfs)
-      return;
-    if (++s.quantum_used < quantum_of(s.level))
-      return;
-    s.quantum_used = 0;
-    if (s.level + 1 < st_.levels)
-      ++s.level;
-    s.turn = st_.next_turn++; // to the back of its (new) level
-  }
-
   void age_waiting() {
-    if (st_.aging_steps == 0 || st_.mode == scheduler_mode::fcfs)
-      return;
-    for (auto& [id, s] : st_.seqs) {
-      if (s->state == seq_state::resident) {
-        s->waited_steps = 0;
-        continue;
-      }
-      if (++s->waited_steps >= st_.aging_steps && s->level > 0) {
-        s->level = 0;
-        s->quantum_used = 0;
-        s->waited_steps = 0;
-      }
-    }
-  }
-
-  void remember_step(clock::time_point a, clock::time_point b) {
-    auto& r = st_.recent_steps;
-    r.emplace_back(a, b);
-    if (r.size() > 64)
-      r.erase(r.begin(), r.begin() + 32);
+    for (auto& [id, s] : st_.seqs)
+      st_.mlfq.age(s->position, s->state == kv_state::resident);
   }
 
   double hidden_ms(clock::time_point a, clock::time_point b) const {
     if (st_.serialized)
       return 0; // transfers run on the compute lane: nothing is hidden
-    double hidden = 0;
-    for (auto& [s, e] : st_.recent_steps) {
-      auto lo = std::max(a, s);
-      auto hi = std::min(b, e);
-      if (lo < hi)
-        hidden += ms_between(lo, hi);
-    }
-    // A step still running overlaps the transfer from its start on.
-    if (st_.step_in_flight) {
-      auto lo = std::max(a, st_.step_started);
-      if (lo < b)
-        hidden += ms_between(lo, b);
-    }
-    return std::min(hidden, ms_between(a, b));
+    return st_.overlap.hidden_ms(a, b, st_.step_in_flight
+                                         ? std::optional<clock::time_point>{st_.step_started}
+                                         : std::nullopt);
   }
 
   std::uint8_t snapshot_priority(const sequence& s) const {
     // Interactive above batch; within a class, higher levels (long runners)
     // are cheaper to lose.
-    auto base = s.cls == priority_class::interactive ? 128 : 0;
-    return static_cast<std::uint8_t>(base + 64 - std::min(s.level, 63u));
+    auto base = s.position.cls == priority_class::interactive ? 128 : 0;
+    return static_cast<std::uint8_t>(base + 64 - std::min(s.position.level, 63u));
   }
 
   void notify(const sequence& s, seq_phase phase) {
@@ -465,7 +396,7 @@ private:
       st_.setup.observer(st_.setup.model, s.id, phase);
   }
 
-  void set_state(sequence& s, seq_state state) {
+  void set_state(sequence& s, kv_state state) {
     s.state = state;
     notify(s, phase_of(state));
   }
@@ -478,7 +409,7 @@ private:
   }
 
   void drop_kv(sequence& s) {
-    set_state(s, seq_state::waiting);
+    set_state(s, kv_state::queued);
     s.kv_len = 0;
     s.snapshot = {};
     ++st_.stats.recomputes;
@@ -508,143 +439,114 @@ private:
     st_.seqs.erase(s.id); // `s` dies here
   }
 
-  std::optional<slot_id> free_slot() const {
-    for (slot_id i = 0; i < st_.slot_owner.size(); ++i)
-      if (!st_.slot_owner[i])
-        return i;
-    return std::nullopt;
-  }
-
-  std::uint32_t free_slots() const {
-    std::uint32_t n = 0;
-    for (auto& o : st_.slot_owner)
-      n += !o.has_value();
-    return n;
-  }
-
   void take_slot(sequence& s, slot_id slot) {
     st_.slot_owner[slot] = s.id;
     s.slot = slot;
   }
 
   /// Live sequences, best first.
-  std::vector<sequence*> ranked() {
-    std::vector<sequence*> all;
-    all.reserve(st_.seqs.size());
-    for (auto& [id, s] : st_.seqs)
-      if (!s->cancelled)
-        all.push_back(s.get());
-    if (st_.mode == scheduler_mode::fcfs) {
-      std::sort(all.begin(), all.end(), [](auto* a, auto* b) { return a->turn < b->turn; });
-      return all;
+  std::vector<sequence*> ranked() const {
+    std::vector<sequence*> live;
+    std::vector<rank_entry> entries;
+    live.reserve(st_.seqs.size());
+    entries.reserve(st_.seqs.size());
+    for (auto& [id, s] : st_.seqs) {
+      if (s->cancelled)
+        continue;
+      live.push_back(s.get());
+      entries.push_back({&s->position, s->client});
     }
-    std::sort(all.begin(), all.end(), [](auto* a, auto* b) {
-      return std::tie(a->cls, a->level, a->turn) < std::tie(b->cls, b->level, b->turn);
-    });
-    // Within one (class, level), interleave clients round-robin so one client
-    // with many requests cannot crowd out another.
     std::vector<sequence*> out;
-    out.reserve(all.size());
-    for (std::size_t i = 0; i < all.size();) {
-      std::size_t j = i;
-      while (j < all.size() && all[j]->cls == all[i]->cls && all[j]->level == all[i]->level)
-        ++j;
-      std::vector<std::pair<std::string_view, std::vector<sequence*>>> by_client;
-      for (std::size_t k = i; k < j; ++k) {
-        auto it = std::find_if(by_client.begin(), by_client.end(),
-                               [&](auto& p) { return p.first == all[k]->client; });
-        if (it == by_client.end())
-          by_client.push_back({all[k]->client, {all[k]}});
-        else
-          it->second.push_back(all[k]);
-      }
-      for (std::size_t round = 0; out.size() < j; ++round)
-        for (auto& [client, list] : by_client)
-          if (round < list.size())
-            out.push_back(list[round]);
-      i = j;
-    }
+    out.reserve(live.size());
+    for (auto i : st_.mlfq.rank(entries))
+      out.push_back(live[i]);
     return out;
   }
 
   // -- the planner -----------------------------------------------------------------
 
   void schedule() {
+    st_.plan_stale = false;
     if (!st_.shutting_down)
       plan_slots();
     maybe_step();
   }
 
+  // A burst of submits is planned once, not once per submit: a submit only
+  // marks the plan stale and queues a note behind what is in the mailbox. Any
+  // other event plans first (catch_up), so none is handled against a stale
+  // plan; the submits of a burst are ranked together.
+  void schedule_after_burst() {
+    st_.plan_stale = true;
+    if (st_.replan_queued)
+      return;
+    st_.replan_queued = true;
+    self_->send(self_, replan_atom::value);
+  }
+
+public:
+  /// Plans now if submits left the plan stale.
+  void catch_up() {
+    if (st_.plan_stale)
+      schedule();
+  }
+
+  void on_replan() {
+    st_.replan_queued = false;
+    catch_up();
+  }
+
+private:
+
+  // Carries out the planner's decisions as it makes them.
+  class planned_actions final : public slot_actions {
+  public:
+    explicit planned_actions(scheduler_logic& logic) : logic_(logic) {}
+    kv_state admit(seq_id id, slot_id slot) override {
+      auto& s = *logic_.find(id);
+      logic_.admit(s, slot);
+      return s.state;
+    }
+    kv_state evict(seq_id id, eviction how) override {
+      auto& s = *logic_.find(id);
+      logic_.evict(s, how);
+      return s.state;
+    }
+
+  private:
+    scheduler_logic& logic_;
+  };
+
   void plan_slots() {
     auto order = ranked();
-    const auto slots = st_.info.slots;
-    const bool preempt = st_.mode != scheduler_mode::fcfs;
-    const std::uint32_t target_size =
-      preempt ? std::max(1u, slots - std::min(st_.spare, slots - 1)) : slots;
-    std::vector<bool> in_target(order.size(), false);
-    for (std::size_t i = 0; i < order.size() && i < target_size; ++i)
-      in_target[i] = true;
-
-    // Admit target sequences that hold no slot. Slots whose dump is under
-    // way are promised to the first of them; the others make a victim.
-    std::uint32_t promised = slots_being_freed();
-    for (std::size_t i = 0; i < order.size() && i < target_size; ++i) {
-      auto& s = *order[i];
-      if (s.state != seq_state::waiting && s.state != seq_state::parked)
-        continue;
-      auto slot = free_slot();
-      if (!slot && promised > 0) {
-        --promised;
-        continue;
-      }
-      if (!slot && preempt) {
-        // A dump queued behind other transfers would hold its slot idle:
-        // the victim keeps computing until the lane is free.
-        auto* victim = pick_victim(order, in_target);
-        if (victim && (transfers_pending() == 0 || would_recompute(*victim)))
-          evict(*victim); // a recompute frees the slot at once, a dump later
-        slot = free_slot();
-      }
-      if (slot)
-        admit(s, *slot);
+    std::vector<slot_candidate> candidates;
+    candidates.reserve(order.size());
+    for (auto* s : order) {
+      slot_candidate c{s->id, s->state, s->slot, s->in_step, false};
+      if (s->state == kv_state::resident && !s->in_step)
+        c.recompute_cheaper = would_recompute(*s);
+      candidates.push_back(c);
     }
-
-    // Restore the spare slots, evicting the lowest-ranked residents outside
-    // the target, but only when the lane that would dump them is idle: until
-    // then they keep computing.
-    if (!preempt)
-      return;
-    while (free_slots() + promised < std::min(st_.spare, slots - 1)) {
-      auto* victim = pick_victim(order, in_target);
-      if (!victim)
-        break;
-      if (transfers_pending() > 0 && !would_recompute(*victim))
-        break;
-      evict(*victim);
-      promised += victim->state == seq_state::dumping;
-    }
+    slot_plan_input in;
+    in.ranked = candidates;
+    in.owners = st_.slot_owner;
+    in.dumping = slots_being_freed();
+    in.transfers_pending = transfers_pending();
+    in.spare_slots = st_.spare;
+    in.preemptive = st_.mode != scheduler_mode::fcfs;
+    planned_actions actions{*this};
+    actors::plan_slots(in, actions);
   }
 
   std::uint32_t slots_being_freed() const {
     std::uint32_t n = 0;
     for (auto& [id, s] : st_.seqs)
-      n += s->state == seq_state::dumping;
+      n += s->state == kv_state::dumping;
     return n;
   }
 
   std::uint32_t transfers_pending() const {
     return st_.serialized ? st_.transfers_on_compute_lane : st_.transfers_on_transfer_lane;
-  }
-
-  sequence* pick_victim(const std::vector<sequence*>& order, const std::vector<bool>& in_target) {
-    for (std::size_t i = order.size(); i-- > 0;) {
-      auto* s = order[i];
-      if (in_target[i])
-        break; // everything above is in the target
-      if (s->state == seq_state::resident && !s->in_step)
-        return s;
-    }
-    return nullptr;
   }
 
   bool would_recompute(const sequence& s) const {
@@ -653,10 +555,10 @@ private:
                                          st_.serialized);
   }
 
-  void evict(sequence& s) {
+  void evict(sequence& s, eviction how) {
     ++st_.stats.preemptions;
     ++s.preemptions;
-    if (would_recompute(s)) {
+    if (how == eviction::recompute) {
       release_slot(s);
       drop_kv(s);
       return;
@@ -680,7 +582,7 @@ private:
     }
     ++st_.stats.swaps;
     ++s.generation;
-    set_state(s, seq_state::dumping);
+    set_state(s, kv_state::dumping);
     s.snapshot = r->handle;
     auto job = std::make_shared<transfer_job>();
     job->kind = transfer_kind::dump;
@@ -695,8 +597,8 @@ private:
 
   void admit(sequence& s, slot_id slot) {
     take_slot(s, slot);
-    if (s.state == seq_state::waiting) {
-      set_state(s, seq_state::resident); // prefill (or recompute) from position 0
+    if (s.state == kv_state::queued) {
+      set_state(s, kv_state::resident); // prefill (or recompute) from position 0
       s.kv_len = 0;
       return;
     }
@@ -704,10 +606,10 @@ private:
     if (auto pinned = st_.setup.store->pin(s.snapshot); !pinned) {
       ++st_.stats.snapshots_lost;
       drop_kv(s);
-      set_state(s, seq_state::resident);
+      set_state(s, kv_state::resident);
       return;
     }
-    set_state(s, seq_state::loading);
+    set_state(s, kv_state::loading);
     auto job = std::make_shared<transfer_job>();
     job->kind = transfer_kind::load;
     job->seq = s.id;
@@ -722,63 +624,63 @@ private:
     auto& lane = st_.serialized ? st_.compute : st_.transfer;
     ++(st_.serialized ? st_.transfers_on_compute_lane : st_.transfers_on_transfer_lane);
     self_->request(lane, caf::infinite, transfer_atom::value, std::move(job))
-      .then([self = self_](transfer_done_ptr done) { scheduler_logic{self}.on_transfer_done(*done); },
-            [self = self_](caf::error& err) {
-              self->state.log->critical("model '{}': transfer lane failed: {}",
-                                        self->state.setup.model, caf::to_string(err));
-              self->quit(err);
-            });
+      .then(
+        [self = self_](transfer_done_ptr done) {
+          scheduler_logic logic{self};
+          logic.catch_up();
+          logic.on_transfer_done(*done);
+        },
+        [self = self_](caf::error& err) {
+          self->state.log->critical("model '{}': transfer lane failed: {}", self->state.setup.model,
+                                    caf::to_string(err));
+          self->quit(err);
+        });
   }
 
   void maybe_step() {
     if (st_.step_in_flight)
       return;
-    std::vector<sequence*> decodes, prefills;
+    std::vector<step_candidate> candidates;
     for (auto& [id, s] : st_.seqs) {
-      if (s->state != seq_state::resident || s->cancelled || s->in_step)
+      if (s->state != kv_state::resident || s->cancelled || s->in_step)
         continue;
-      (s->kv_len + 1 == s->tokens.size() ? decodes : prefills).push_back(s.get());
+      candidates.push_back(
+        {id, &s->position, s->kv_len, static_cast<std::uint32_t>(s->tokens.size())});
     }
-    if (decodes.empty() && prefills.empty())
+    auto rows = compose_step(candidates, {st_.max_step_tokens, st_.info.max_prefill_chunk});
+    if (rows.empty())
       return;
-    auto by_rank = [](auto* a, auto* b) {
-      return std::tie(a->cls, a->level, a->turn) < std::tie(b->cls, b->level, b->turn);
-    };
-    std::sort(prefills.begin(), prefills.end(), by_rank);
-    std::sort(decodes.begin(), decodes.end(), [](auto* a, auto* b) { return a->id < b->id; });
 
     auto plan = std::make_shared<step_plan>();
     plan->number = ++st_.step_number;
-    std::uint32_t budget = st_.max_step_tokens ? st_.max_step_tokens : UINT32_MAX;
-    auto add_row = [&](sequence& s, std::uint32_t n) {
-      plan->seqs.push_back(s.id);
-      plan->tokens.emplace_back(s.tokens.begin() + s.kv_len, s.tokens.begin() + s.kv_len + n);
+    for (auto& row : rows) {
+      auto& s = *find(row.id);
+      if (row.prefill)
+        st_.stats.prefill_tokens += row.tokens;
       s.in_step = true;
-      budget -= std::min(budget, n);
-    };
-    for (auto* s : decodes)
-      add_row(*s, 1);
-    for (auto* s : prefills) {
-      auto left = static_cast<std::uint32_t>(s->tokens.size()) - s->kv_len;
-      auto n = std::min({left, st_.info.max_prefill_chunk, budget});
-      if (n == 0)
-        break;
-      st_.stats.prefill_tokens += n;
-      add_row(*s, n);
+      auto from = s.tokens.begin() + s.kv_len;
+      plan->seqs.push_back(s.id);
+      plan->tokens.emplace_back(from, from + row.tokens);
     }
+    // The rows' spans point into plan->tokens, complete from here on.
     for (std::size_t i = 0; i < plan->seqs.size(); ++i) {
-      auto* s = find(plan->seqs[i]);
-      plan->rows.push_back({*s->slot, s->kv_len, plan->tokens[i]});
+      auto& s = *find(plan->seqs[i]);
+      plan->rows.push_back({*s.slot, s.kv_len, plan->tokens[i]});
     }
     st_.step_in_flight = true;
     st_.step_started = clock::now();
     self_->request(st_.compute, caf::infinite, step_atom::value, std::move(plan))
-      .then([self = self_](step_done_ptr done) { scheduler_logic{self}.on_step_done(*done); },
-            [self = self_](caf::error& err) {
-              self->state.log->critical("model '{}': compute lane failed: {}",
-                                        self->state.setup.model, caf::to_string(err));
-              self->quit(err);
-            });
+      .then(
+        [self = self_](step_done_ptr done) {
+          scheduler_logic logic{self};
+          logic.catch_up();
+          logic.on_step_done(*done);
+        },
+        [self = self_](caf::error& err) {
+          self->state.log->critical("model '{}': compute lane failed: {}", self->state.setup.model,
+                                    caf::to_string(err));
+          self->quit(err);
+        });
   }
 
   scheduler_actor* self_;
@@ -803,10 +705,8 @@ namespace {
 
 // Knobs that may change while sequences run (kvlane reload).
 void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
-  st.quantum = std::max(1u, p.quantum_steps);
-  st.levels = std::max(1u, p.levels);
+  st.mlfq.set_knobs({p.quantum_steps, p.levels, p.aging_steps});
   st.max_step_tokens = p.max_step_tokens;
-  st.aging_steps = p.aging_steps;
   st.spare = p.spare_slots;
   st.costs.set_alpha(p.ewma_alpha);
 }
@@ -817,8 +717,11 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   st.info = setup.backend->info();
   st.mode = setup.policy.mode;
   st.slot_owner.assign(st.info.slots, std::nullopt);
-  st.fallback = st.mode == scheduler_mode::overlap && !st.info.caps.transfer_overlaps_compute;
-  st.serialized = st.mode == scheduler_mode::sync || st.fallback;
+  const auto placement = place_transfers(st.mode, st.info.caps.transfer_overlaps_compute);
+  st.fallback = placement.fallback;
+  st.serialized = placement.on_compute_lane;
+  st.mlfq = mlfq_policy{{st.mode != scheduler_mode::fcfs, st.fallback, st.info.max_prefill_chunk},
+                        {}};
   apply_policy(st, setup.policy);
   if (st.fallback)
     st.log->info("model '{}': backend cannot overlap transfers with compute; "
@@ -831,37 +734,41 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   self->link_to(st.compute);
   self->link_to(st.transfer);
   st.setup = std::move(setup);
-  self->set_exception_handler([self](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      self->state.log->critical("scheduler '{}': {}", self->state.setup.model, x.what());
-    } catch (...) {
-      self->state.log->critical("scheduler '{}': unknown exception", self->state.setup.model);
-    }
-    return caf::sec::runtime_error;
-  });
+  self->set_exception_handler(log_and_stop("scheduler", spdlog::level::critical,
+                                           "scheduler '" + self->state.setup.model + "'"));
   return {
     [self](submit_atom, submission_ptr s) { scheduler_logic{self}.on_submit(*s); },
-    [self](cancel_atom, seq_id id) { scheduler_logic{self}.on_cancel(id, "cancelled"); },
+    [self](replan_atom) { scheduler_logic{self}.on_replan(); },
+    [self](cancel_atom, seq_id id) {
+      scheduler_logic logic{self};
+      logic.catch_up();
+      logic.on_cancel(id, "cancelled");
+    },
     [self](stats_atom) -> scheduler_stats_ptr {
-      return std::make_shared<const scheduler_stats>(scheduler_logic{self}.snapshot_stats());
+      scheduler_logic logic{self};
+      logic.catch_up();
+      return std::make_shared<const scheduler_stats>(logic.snapshot_stats());
     },
     [self](policy_atom, actors::scheduler_policy p) -> bool {
+      scheduler_logic{self}.catch_up();
       apply_policy(self->state, p);
       self->state.log->info("model '{}': policy updated: quantum {}, levels {}, spare slots {}, "
                             "max step tokens {}, aging steps {}",
-                            self->state.setup.model, self->state.quantum, self->state.levels,
-                            self->state.spare, self->state.max_step_tokens,
-                            self->state.aging_steps);
+                            self->state.setup.model, self->state.mlfq.knobs().quantum_steps,
+                            self->state.mlfq.knobs().levels, self->state.spare,
+                            self->state.max_step_tokens, self->state.mlfq.knobs().aging_steps);
       scheduler_logic{self}.reschedule();
       return true;
     },
     [self](list_atom) -> sequence_list_ptr {
-      return std::make_shared<const std::vector<sequence_info>>(scheduler_logic{self}.list());
+      scheduler_logic logic{self};
+      logic.catch_up();
+      return std::make_shared<const std::vector<sequence_info>>(logic.list());
     },
     [self](shutdown_atom, std::string why) -> bool {
-      scheduler_logic{self}.on_shutdown(why);
+      scheduler_logic logic{self};
+      logic.catch_up();
+      logic.on_shutdown(why);
       return true;
     },
   };

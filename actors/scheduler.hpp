@@ -4,18 +4,13 @@
 // model's KV slots, builds every step, and moves KV between slots and the
 // snapshot store.
 //
-// Policy (docs/scheduling.md): a skip-join multi-level feedback queue.
-// Sequences are ranked by (priority class, level, turn) with clients
-// interleaved round-robin inside each (class, level); a sequence that used up
-// its level's quantum of steps drops one level and goes to the back of it; one
-// that waited `aging_steps` steps rises to level 0. The top (slots -
-// spare_slots) ranked sequences are the target set; a target sequence without
-// a slot takes a free one at once (the spare: a new interactive request never
-// waits for a dump) and the lowest-ranked resident outside the target is
-// evicted to restore the spare, when the lane that would dump it is idle — so
-// it keeps running while the newcomer's snapshot loads. Eviction swaps
-// (dump to the store) or recomputes (drops the KV), whichever the cost model
-// says is cheaper.
+// The decisions are pure units this actor feeds and carries out
+// (docs/scheduling.md): `mlfq_policy` ranks sequences (skip-join MLFQ:
+// classes, levels and quanta, clients round-robin, aging), `plan_slots`
+// admits the top ranked into free or spare slots and picks victims (swap or
+// recompute, by the cost model), `compose_step` builds each step. The actor
+// owns the sequences, the slot table and the store handles, talks to the
+// lanes, samples tokens and keeps the statistics.
 //
 // Modes: fcfs (arrival order, no preemption), sync (transfers on the compute
 // lane between steps), overlap (transfers on the transfer lane while steps
@@ -71,8 +66,10 @@ struct scheduler_stats {
   actors::scheduler_mode mode = actors::scheduler_mode::overlap;
   std::uint32_t slots = 0;
   std::uint32_t slots_busy = 0; ///< resident, loading or dumping
-  std::uint32_t resident = 0, waiting = 0, parked = 0, loading = 0, dumping = 0;
-  std::uint32_t queued_interactive = 0, queued_batch = 0; ///< without a slot
+  /// Sequences by where their KV is (seq_phase), ended ones aside.
+  std::uint32_t queued = 0, resident = 0, dumping = 0, parked = 0, loading = 0;
+  /// Sequences that hold no slot (queued or parked), by priority class.
+  std::uint32_t without_slot_interactive = 0, without_slot_batch = 0;
   std::uint64_t submitted = 0, finished = 0, cancelled = 0, failed = 0;
   std::uint64_t steps = 0, tokens_generated = 0, prefill_tokens = 0;
   std::uint64_t preemptions = 0, swaps = 0, recomputes = 0;

@@ -233,19 +233,19 @@ bool app::stop() {
 }
 
 std::string app::summary() const {
-  std::uint32_t busy = 0, slots = 0, queued = 0;
+  std::uint32_t busy = 0, slots = 0, without_slot = 0;
   for (auto& m : engine_->models()) {
     auto st = engine_->stats(m.name, std::chrono::seconds(1));
     if (!st)
       continue;
     busy += st->slots_busy;
     slots += st->slots;
-    queued += st->queued_interactive + st->queued_batch;
+    without_slot += st->without_slot_interactive + st->without_slot_batch;
   }
   auto store = engine_->store_stats();
-  return fmt::format("{}{} model(s), slots {}/{}, queued {}, clients {}, store {} MiB, mode {}",
+  return fmt::format("{}{} model(s), slots {}/{}, without a slot {}, clients {}, store {} MiB, mode {}",
                      drain_.active ? "draining: " : "", engine_->models().size(), busy, slots,
-                     queued, gateway_ ? gateway_->counters().clients_connected.load() : 0,
+                     without_slot, gateway_ ? gateway_->counters().clients_connected.load() : 0,
                      store.committed_bytes >> 20,
                      to_string(cfg_.scheduler.mode));
 }

@@ -130,11 +130,13 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
   per_scheduler("kvlane_slots", "gauge", "KV slots of the model.", [](auto& s) { return s.slots; });
   per_scheduler("kvlane_slots_busy", "gauge", "Slots resident, loading or dumping.",
                 [](auto& s) { return s.slots_busy; });
-  w.family("kvlane_queue_depth", "gauge", "Sequences without a slot, by priority class.");
+  w.family("kvlane_sequences_without_slot", "gauge",
+           "Sequences that hold no slot (queued or parked), by priority class.");
   for (auto& s : schedulers) {
-    w.sample("kvlane_queue_depth", model_label(s.model) + ",class=\"interactive\"",
-             s.queued_interactive);
-    w.sample("kvlane_queue_depth", model_label(s.model) + ",class=\"batch\"", s.queued_batch);
+    w.sample("kvlane_sequences_without_slot", model_label(s.model) + ",class=\"interactive\"",
+             s.without_slot_interactive);
+    w.sample("kvlane_sequences_without_slot", model_label(s.model) + ",class=\"batch\"",
+             s.without_slot_batch);
   }
   w.family("kvlane_preemptions_total", "counter", "Preemptions by kind.");
   for (auto& s : schedulers) {

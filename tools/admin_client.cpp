@@ -73,13 +73,13 @@ void print_status(const json& r) {
              human_duration(r["uptime_s"].get<double>()), r["mode"].get<std::string>(),
              r["admitting"].get<bool>() ? "admitting" : "DRAINING", r["clients"].get<std::uint64_t>());
   for (auto& m : r["models"])
-    fmt::print("model {:<20} slots {:>3}/{:<3} queued {} interactive, {} batch  parked {}  "
-               "tokens {}  preemptions {} (swap {}, recompute {})\n",
+    fmt::print("model {:<20} slots {:>3}/{:<3} without a slot {} interactive, {} batch "
+               "(queued {}, parked {})  tokens {}  preemptions {} (swap {}, recompute {})\n",
                m["name"].get<std::string>(), m["slots_busy"].get<int>(), m["slots"].get<int>(),
-               m["queued_interactive"].get<int>(), m["queued_batch"].get<int>(),
-               m["parked"].get<int>(), m["tokens_generated"].get<std::uint64_t>(),
-               m["preemptions"].get<std::uint64_t>(), m["swaps"].get<std::uint64_t>(),
-               m["recomputes"].get<std::uint64_t>());
+               m["without_slot_interactive"].get<int>(), m["without_slot_batch"].get<int>(),
+               m["queued"].get<int>(), m["parked"].get<int>(),
+               m["tokens_generated"].get<std::uint64_t>(), m["preemptions"].get<std::uint64_t>(),
+               m["swaps"].get<std::uint64_t>(), m["recomputes"].get<std::uint64_t>());
   auto& s = r["store"];
   fmt::print("store {} used, {} committed of {} ({} snapshots, {} evictions)\n",
              human_bytes(s["used_bytes"].get<double>()),
@@ -150,13 +150,14 @@ int run_top(admin_connection& c) {
         row += c;
       fmt::format_to(w,
                      "{:<16} slots [{}] {}/{}  compute {}  transfer {}\n"
-                     "{:<16} queued {} interactive, {} batch; parked {}; swaps {}, recomputes {}\n",
+                     "{:<16} without a slot {} interactive, {} batch (queued {}, parked {}); "
+                     "swaps {}, recomputes {}\n",
                      name, row, m["slots_busy"].get<int>(), slots,
                      m["compute_busy"].get<bool>() ? "BUSY" : "idle",
                      m["transfer_busy"].get<bool>() ? "BUSY" : "idle", "",
-                     m["queued_interactive"].get<int>(), m["queued_batch"].get<int>(),
-                     m["parked"].get<int>(), m["swaps"].get<std::uint64_t>(),
-                     m["recomputes"].get<std::uint64_t>());
+                     m["without_slot_interactive"].get<int>(), m["without_slot_batch"].get<int>(),
+                     m["queued"].get<int>(), m["parked"].get<int>(),
+                     m["swaps"].get<std::uint64_t>(), m["recomputes"].get<std::uint64_t>());
     }
     auto& s = (*st)["store"];
     double limit = std::max(1.0, s["limit_bytes"].get<double>());

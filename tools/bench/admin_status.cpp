@@ -23,11 +23,9 @@ expected<actors::scheduler_stats, std::string> stats_from_status(const json& rep
       s.parked = u32("parked");
       s.loading = u32("loading");
       s.dumping = u32("dumping");
-      s.queued_interactive = u32("queued_interactive");
-      s.queued_batch = u32("queued_batch");
-      // Sequences without a slot are the waiting ones (no KV) and the parked ones.
-      const auto without_slot = s.queued_interactive + s.queued_batch;
-      s.waiting = without_slot > s.parked ? without_slot - s.parked : 0;
+      s.queued = u32("queued");
+      s.without_slot_interactive = u32("without_slot_interactive");
+      s.without_slot_batch = u32("without_slot_batch");
       s.submitted = u64("submitted");
       s.finished = u64("finished");
       s.cancelled = u64("cancelled");

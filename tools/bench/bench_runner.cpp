@@ -136,7 +136,7 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
       if (clock::now() >= next_gauge) {
         next_gauge += std::chrono::milliseconds(100);
         if (auto st = engine->stats(model, std::chrono::seconds(2)))
-          gauges.add(*st, clock::now(), result.timeline, result.peak_waiting);
+          gauges.add(*st, clock::now(), result.timeline, result.peak_without_slot);
       }
       std::this_thread::sleep_for(opts.sample_interval);
     }
@@ -233,18 +233,19 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
 
 void gauge_recorder::add(const actors::scheduler_stats& st,
                          std::chrono::steady_clock::time_point now,
-                         std::vector<timeline_sample>& timeline, std::uint32_t& peak_waiting) {
+                         std::vector<timeline_sample>& timeline,
+                         std::uint32_t& peak_without_slot) {
   slots_busy_sum_ += st.slots_busy;
   ++samples_;
-  peak_waiting = std::max(peak_waiting, st.waiting + st.parked);
+  peak_without_slot = std::max(peak_without_slot, st.queued + st.parked);
   timeline_sample t;
   t.t_s = std::chrono::duration<double>(now - start_).count() * time_scale_;
   t.slots_busy = st.slots_busy;
   t.resident = st.resident;
-  t.waiting = st.waiting;
+  t.queued = st.queued;
   t.parked = st.parked;
-  t.queued_interactive = st.queued_interactive;
-  t.queued_batch = st.queued_batch;
+  t.without_slot_interactive = st.without_slot_interactive;
+  t.without_slot_batch = st.without_slot_batch;
   const double dt = std::chrono::duration<double, std::milli>(now - last_).count();
   t.npu_busy = dt > 0 ? (st.step_busy_ms - last_busy_ms_) / dt : 0;
   t.tokens_generated = st.tokens_generated;

@@ -62,9 +62,9 @@ struct timeline_sample {
   double t_s = 0;              ///< simulated seconds since the run started
   std::uint32_t slots_busy = 0;
   std::uint32_t resident = 0;
-  std::uint32_t waiting = 0;   ///< queued (no KV) or dropped
+  std::uint32_t queued = 0;    ///< no KV: new, or dropped to be recomputed
   std::uint32_t parked = 0;
-  std::uint32_t queued_interactive = 0, queued_batch = 0;
+  std::uint32_t without_slot_interactive = 0, without_slot_batch = 0; ///< queued or parked
   double npu_busy = 0;         ///< step busy fraction since the previous sample
   std::uint64_t tokens_generated = 0, preemptions = 0; ///< cumulative
 };
@@ -76,9 +76,9 @@ public:
   gauge_recorder(std::chrono::steady_clock::time_point start, double time_scale)
     : start_(start), last_(start), time_scale_(time_scale) {}
 
-  /// Records the statistics read at `now` into `timeline` and `peak_waiting`.
+  /// Records the statistics read at `now` into `timeline` and `peak_without_slot`.
   void add(const actors::scheduler_stats& st, std::chrono::steady_clock::time_point now,
-           std::vector<timeline_sample>& timeline, std::uint32_t& peak_waiting);
+           std::vector<timeline_sample>& timeline, std::uint32_t& peak_without_slot);
 
   double mean_slots_busy() const noexcept {
     return samples_ ? slots_busy_sum_ / static_cast<double>(samples_) : 0;
@@ -111,7 +111,7 @@ struct run_result {
   std::uint64_t peak_snapshots = 0;
   bool store_peaks_known = true; ///< false: the path cannot observe the store's peaks (ipc)
   double mean_slots_busy = 0;       ///< sampled every ~100 ms of wall time
-  std::uint32_t peak_waiting = 0;   ///< sequences without a slot (queued or parked)
+  std::uint32_t peak_without_slot = 0; ///< sequences without a slot (queued or parked)
   double max_submit_lag_ms = 0;     ///< wall ms the driver submitted late, at worst
   std::vector<timeline_sample> timeline;
   bool timed_out = false;

@@ -275,7 +275,7 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
                           unexpected(std::move(reply).error().message)};
       const auto now = clock::now();
       if (st) {
-        gauges.add(*st, now, result.timeline, result.peak_waiting);
+        gauges.add(*st, now, result.timeline, result.peak_without_slot);
       } else if (sampler_error.empty()) {
         sampler_error = st.error();
       }

@@ -100,7 +100,7 @@ mode_summary summarize(const run_result& r) {
   s.peak_snapshots = r.peak_snapshots;
   s.store_peaks_known = r.store_peaks_known;
   s.mean_slots_busy = r.mean_slots_busy;
-  s.peak_waiting = r.peak_waiting;
+  s.peak_without_slot = r.peak_without_slot;
   s.max_submit_lag_ms = r.max_submit_lag_ms * r.time_scale;
   s.step_stretch = r.modeled_step_busy_ms > 0
                      ? st.step_busy_ms * r.time_scale / r.modeled_step_busy_ms
@@ -242,7 +242,8 @@ std::string format_table(const std::vector<mode_summary>& modes,
     return m.store_peaks_known ? fmt::format("{}", m.peak_snapshots) : std::string{"-"};
   });
   row("mean slots busy", [](const mode_summary& m) { return num(m.mean_slots_busy, 1); });
-  row("peak waiting", [](const mode_summary& m) { return fmt::format("{}", m.peak_waiting); });
+  row("peak without slot",
+      [](const mode_summary& m) { return fmt::format("{}", m.peak_without_slot); });
   row("makespan s", [](const mode_summary& m) { return num(m.makespan_s, 1); });
   row("max submit lag ms", [](const mode_summary& m) { return num(m.max_submit_lag_ms, 0); });
   row("step stretch", [](const mode_summary& m) { return num(m.step_stretch, 3); });

@@ -50,7 +50,7 @@ struct mode_summary {
   std::uint64_t peak_store_bytes = 0, peak_snapshots = 0;
   bool store_peaks_known = true; ///< false: unavailable on this path (ipc): "-" and null
   double mean_slots_busy = 0;
-  std::uint32_t peak_waiting = 0;
+  std::uint32_t peak_without_slot = 0;
   std::uint32_t slots = 0;
   double max_submit_lag_ms = 0; ///< simulated ms the driver was late at worst
   double step_stretch = 0;      ///< sim: measured step time / modeled (1 = faithful; NaN elsewhere)

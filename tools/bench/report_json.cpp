@@ -45,7 +45,7 @@ json mode_json(const mode_summary& m, bool timeline) {
   j["peak_store_bytes"] = m.store_peaks_known ? json(m.peak_store_bytes) : json(nullptr);
   j["peak_snapshots"] = m.store_peaks_known ? json(m.peak_snapshots) : json(nullptr);
   j["mean_slots_busy"] = json_figure(m.mean_slots_busy);
-  j["peak_waiting"] = m.peak_waiting;
+  j["peak_without_slot"] = m.peak_without_slot;
   j["slots"] = m.slots;
   j["max_submit_lag_ms"] = json_figure(m.max_submit_lag_ms);
   j["step_stretch"] = json_figure(m.step_stretch);
@@ -53,13 +53,13 @@ json mode_json(const mode_summary& m, bool timeline) {
   if (m.ipc_vs_inproc_throughput)
     j["ipc_vs_inproc_throughput"] = json_figure(*m.ipc_vs_inproc_throughput);
   if (timeline) {
-    j["timeline_columns"] = "t_s slots_busy resident waiting parked queued_interactive "
-                            "queued_batch npu_busy tokens_generated preemptions";
+    j["timeline_columns"] = "t_s slots_busy resident queued parked without_slot_interactive "
+                            "without_slot_batch npu_busy tokens_generated preemptions";
     auto& rows = j["timeline"] = json::array();
     for (auto& t : m.timeline)
       rows.push_back(fmt::format("{:.1f} {} {} {} {} {} {} {:.3f} {} {}", t.t_s, t.slots_busy,
-                                 t.resident, t.waiting, t.parked, t.queued_interactive,
-                                 t.queued_batch, t.npu_busy, t.tokens_generated, t.preemptions));
+                                 t.resident, t.queued, t.parked, t.without_slot_interactive,
+                                 t.without_slot_batch, t.npu_busy, t.tokens_generated, t.preemptions));
   }
   return j;
 }

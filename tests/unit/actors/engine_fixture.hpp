@@ -121,7 +121,7 @@ public:
   void check_nothing_leaked(std::string_view model = "tiny") {
     auto st = stats(model);
     CHECK(st.slots_busy == 0);
-    CHECK(st.resident + st.parked + st.loading + st.dumping + st.waiting == 0);
+    CHECK(st.resident + st.parked + st.loading + st.dumping + st.queued == 0);
     auto ss = engine->store_stats();
     CHECK(ss.snapshots == 0);
     CHECK(ss.used_bytes == 0);

@@ -83,8 +83,8 @@ TEST_CASE("metrics: the exposition parses line by line and carries every require
   s1.model = "m1";
   s1.slots = 16;
   s1.slots_busy = 5;
-  s1.queued_interactive = 2;
-  s1.queued_batch = 7;
+  s1.without_slot_interactive = 2;
+  s1.without_slot_batch = 7;
   s1.swaps = 11;
   s1.recomputes = 3;
   s1.dumps = 11;
@@ -105,8 +105,8 @@ TEST_CASE("metrics: the exposition parses line by line and carries every require
   auto p = parse(sut.render({s1, s2}, store, 3));
   for (auto family : {"kvlane_requests_total", "kvlane_ttft_seconds", "kvlane_tpot_seconds",
                       "kvlane_e2e_seconds", "kvlane_tokens_generated_total", "kvlane_slots_busy",
-                      "kvlane_queue_depth", "kvlane_preemptions_total", "kvlane_transfers_total",
-                      "kvlane_transfer_seconds_total", "kvlane_transfer_overlap_seconds_total",
+                      "kvlane_sequences_without_slot", "kvlane_preemptions_total",
+                      "kvlane_transfers_total", "kvlane_transfer_seconds_total", "kvlane_transfer_overlap_seconds_total",
                       "kvlane_store_bytes", "kvlane_store_limit_bytes",
                       "kvlane_store_evictions_total", "kvlane_clients_connected"})
     CHECK_MESSAGE(p.types.count(family) == 1, family);
@@ -119,7 +119,7 @@ TEST_CASE("metrics: the exposition parses line by line and carries every require
   CHECK(p.samples["kvlane_ttft_seconds_bucket{model=\"m1\",le=\"2.5\"}"] == 2);
   CHECK(p.samples["kvlane_ttft_seconds_sum{model=\"m1\"}"] == doctest::Approx(2.04));
   CHECK(p.samples["kvlane_e2e_seconds_count{model=\"m1\"}"] == 3);
-  CHECK(p.samples["kvlane_queue_depth{model=\"m1\",class=\"batch\"}"] == 7);
+  CHECK(p.samples["kvlane_sequences_without_slot{model=\"m1\",class=\"batch\"}"] == 7);
   CHECK(p.samples["kvlane_preemptions_total{model=\"m1\",kind=\"recompute\"}"] == 3);
   CHECK(p.samples["kvlane_transfer_seconds_total{model=\"m1\",kind=\"dump\"}"] ==
         doctest::Approx(0.45));

@@ -1,0 +1,50 @@
+#pragma once
+
+// kvlane::actors::compose_step — the rows of the next step: resident
+// sequences in, rows out.
+//
+// Every resident sequence that is not already in a step contributes one row:
+// its next decode token, or its next prefill chunk (at most
+// `max_prefill_chunk` tokens). Decode rows always run, in sequence id order;
+// prefill chunks follow in (class, level, turn) order and fill the step up to
+// `max_step_tokens` tokens (0: no limit), the last one cut to what is left.
+// Decode rows count against the budget too, so a step full of decodes takes
+// no prefill.
+//
+// Pure: no clock, no actor. Threading: call from one thread.
+
+#include "actors/mlfq_policy.hpp"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace kvlane::actors {
+
+/// A resident sequence that may run in the next step.
+struct step_candidate {
+  seq_id id = 0;
+  const mlfq_position* position = nullptr; ///< orders the prefill chunks
+  std::uint32_t kv_len = 0;  ///< positions already in its slot
+  std::uint32_t length = 0;  ///< tokens known: prompt plus generated
+};
+
+/// One row of the step: `tokens` tokens of the sequence from its kv_len on.
+struct step_row_plan {
+  seq_id id = 0;
+  std::uint32_t tokens = 0;
+  bool prefill = false;
+
+  bool operator==(const step_row_plan&) const = default;
+};
+
+struct step_limits {
+  std::uint32_t max_step_tokens = 0;   ///< 0: no limit
+  std::uint32_t max_prefill_chunk = 1; ///< the backend's largest prefill row
+};
+
+/// The rows of the next step, decode rows first; empty if nothing can run.
+std::vector<step_row_plan> compose_step(std::span<const step_candidate> candidates,
+                                        step_limits limits);
+
+} // namespace kvlane::actors

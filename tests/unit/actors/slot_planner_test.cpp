@@ -1,0 +1,201 @@
+// The slot planner on plain values: admission into free and spare slots,
+// eviction choice, waiting for the lane, and what happens when carrying out a
+// decision turns out otherwise.
+#include "actors/slot_planner.hpp"
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace kvlane;
+using actors::eviction;
+using actors::kv_state;
+using actors::seq_id;
+using actors::slot_candidate;
+using actors::slot_id;
+
+namespace {
+
+/// Records every decision and answers as the scheduler would: a queued
+/// sequence becomes resident, a parked one loading (resident if its snapshot
+/// is lost), a swap dumping (queued if the store is full), a recompute queued.
+class recorded_actions final : public actors::slot_actions {
+public:
+  explicit recorded_actions(const std::vector<slot_candidate>& seqs) {
+    for (auto& s : seqs)
+      state_[s.id] = s.state;
+  }
+
+  kv_state admit(seq_id id, slot_id slot) override {
+    log.push_back("admit " + std::to_string(id) + " -> slot " + std::to_string(slot));
+    auto& st = state_.at(id);
+    REQUIRE((st == kv_state::queued || st == kv_state::parked));
+    st = st == kv_state::parked && !lost_snapshots.contains(id) ? kv_state::loading
+                                                                 : kv_state::resident;
+    return st;
+  }
+
+  kv_state evict(seq_id id, eviction how) override {
+    log.push_back("evict " + std::to_string(id) + " by " + std::string{to_string(how)});
+    auto& st = state_.at(id);
+    REQUIRE(st == kv_state::resident);
+    st = how == eviction::swap && !store_full ? kv_state::dumping : kv_state::queued;
+    return st;
+  }
+
+  std::vector<std::string> log;
+  bool store_full = false;
+  std::set<seq_id> lost_snapshots;
+
+private:
+  std::map<seq_id, kv_state> state_;
+};
+
+slot_candidate queued(seq_id id) { return {id, kv_state::queued, std::nullopt, false, false}; }
+slot_candidate parked(seq_id id) { return {id, kv_state::parked, std::nullopt, false, false}; }
+slot_candidate resident(seq_id id, slot_id slot, bool recompute_cheaper = false) {
+  return {id, kv_state::resident, slot, false, recompute_cheaper};
+}
+
+/// A model of `slots` slots; the ranked sequences tell who holds which.
+struct planning_round {
+  std::vector<slot_candidate> ranked;
+  std::uint32_t slots = 3;
+  std::uint32_t spare = 1;
+  std::uint32_t dumping = 0;
+  std::uint32_t pending = 0;
+  bool preemptive = true;
+  std::vector<std::optional<seq_id>> extra_owners; ///< slots held by unranked sequences
+
+  std::vector<std::string> plan(recorded_actions& actions) const {
+    std::vector<std::optional<seq_id>> owners(slots);
+    for (auto& s : ranked)
+      if (s.slot)
+        owners[*s.slot] = s.id;
+    for (std::size_t i = 0; i < extra_owners.size() && i < owners.size(); ++i)
+      if (extra_owners[i])
+        owners[i] = extra_owners[i];
+    actors::slot_plan_input in;
+    in.ranked = ranked;
+    in.owners = owners;
+    in.dumping = dumping;
+    in.transfers_pending = pending;
+    in.spare_slots = spare;
+    in.preemptive = preemptive;
+    actors::plan_slots(in, actions);
+    return actions.log;
+  }
+
+  std::vector<std::string> plan() const {
+    recorded_actions actions{ranked};
+    return plan(actions);
+  }
+};
+
+using decisions = std::vector<std::string>;
+
+} // namespace
+
+TEST_CASE("slot_planner: target sequences take free slots in rank order and the spare stays "
+          "free") {
+  planning_round r;
+  r.ranked = {queued(1), queued(2), queued(3)};
+  CHECK(r.plan() == decisions{"admit 1 -> slot 0", "admit 2 -> slot 1"});
+}
+
+TEST_CASE("slot_planner: a new top-ranked sequence takes the spare at once, then the "
+          "lowest-ranked resident is evicted to restore it") {
+  planning_round r;
+  r.ranked = {queued(7), resident(1, 0), resident(2, 1)};
+  CHECK(r.plan() == decisions{"admit 7 -> slot 2", "evict 2 by swap"});
+}
+
+TEST_CASE("slot_planner: the spare is restored only while the lane is idle, unless the victim "
+          "is cheaper to recompute") {
+  planning_round r;
+  r.ranked = {queued(7), resident(1, 0), resident(2, 1)};
+  r.pending = 1;
+  CHECK(r.plan() == decisions{"admit 7 -> slot 2"}); // 2 keeps computing until the lane is free
+  r.ranked[2].recompute_cheaper = true;
+  CHECK(r.plan() == decisions{"admit 7 -> slot 2", "evict 2 by recompute"});
+}
+
+TEST_CASE("slot_planner: with no slot free a target sequence evicts the lowest-ranked resident "
+          "outside the target") {
+  planning_round r;
+  r.slots = 2; // target 1 + 1 spare
+  r.ranked = {queued(7), resident(1, 0), resident(2, 1)};
+  SUBCASE("a swap frees the slot later: nothing else moves while its dump occupies the lane") {
+    CHECK(r.plan() == decisions{"evict 2 by swap"});
+  }
+  SUBCASE("a recompute frees the slot at once, and the spare is restored behind it") {
+    r.ranked[2].recompute_cheaper = true;
+    CHECK(r.plan() == decisions{"evict 2 by recompute", "admit 7 -> slot 1", "evict 1 by swap"});
+  }
+}
+
+TEST_CASE("slot_planner: a resident in the running step is never evicted") {
+  planning_round r;
+  r.slots = 2;
+  r.ranked = {queued(7), resident(1, 0), resident(2, 1)};
+  r.ranked[2].in_step = true;
+  CHECK(r.plan() == decisions{"evict 1 by swap"});
+  r.ranked[1].in_step = true;
+  CHECK(r.plan().empty());
+}
+
+TEST_CASE("slot_planner: a slot being dumped is promised to the first target sequence that "
+          "finds none free") {
+  planning_round r;
+  r.slots = 3;
+  r.spare = 0;
+  r.ranked = {resident(1, 0), queued(7), queued(8), resident(2, 1, true)};
+  r.extra_owners = {std::nullopt, std::nullopt, seq_id{99}}; // slot 2 being dumped
+  r.dumping = 1;
+  r.pending = 1;
+  // 7 waits for the dump's slot; 8 takes the slot of a victim cheap to recompute.
+  CHECK(r.plan() == decisions{"evict 2 by recompute", "admit 8 -> slot 1"});
+}
+
+TEST_CASE("slot_planner: a swap the store cannot hold becomes a recompute and its slot is used "
+          "at once") {
+  planning_round r;
+  r.slots = 2;
+  r.ranked = {queued(7), resident(1, 0), resident(2, 1)};
+  recorded_actions actions{r.ranked};
+  actions.store_full = true;
+  CHECK(r.plan(actions)
+        == decisions{"evict 2 by swap", "admit 7 -> slot 1", "evict 1 by swap"});
+}
+
+TEST_CASE("slot_planner: a load occupies the lane, so no swap victim follows it in the same "
+          "round, but a lost snapshot does not") {
+  planning_round r;
+  r.ranked = {parked(7), resident(1, 0), resident(2, 1)};
+  CHECK(r.plan() == decisions{"admit 7 -> slot 2"});
+  recorded_actions actions{r.ranked};
+  actions.lost_snapshots = {7};
+  CHECK(r.plan(actions) == decisions{"admit 7 -> slot 2", "evict 2 by swap"});
+}
+
+TEST_CASE("slot_planner: without preemption every slot is target, sequences wait for a free one "
+          "and nothing is evicted") {
+  planning_round r;
+  r.preemptive = false;
+  r.ranked = {queued(7), resident(1, 0), queued(8), resident(2, 1), queued(9)};
+  // Ranked by arrival: 7 and 8 are in the target of 3 but only slot 2 is free.
+  CHECK(r.plan() == decisions{"admit 7 -> slot 2"});
+}
+
+TEST_CASE("slot_planner: one slot has no spare") {
+  planning_round r;
+  r.slots = 1;
+  r.ranked = {queued(7), resident(1, 0)};
+  CHECK(r.plan() == decisions{"evict 1 by swap"});
+  r.ranked = {queued(7)};
+  CHECK(r.plan() == decisions{"admit 7 -> slot 0"});
+}

@@ -1,0 +1,275 @@
+// kvlane-schedbench — what one scheduling event costs as the live queue grows.
+//
+// The scheduler actor runs a decision round after events: rank every live
+// sequence (mlfq_policy), plan the slots (plan_slots), compose the next step
+// (compose_step), with the per-sequence passes that feed them. This program
+// runs the same pure units, without an actor system or a backend, and prints
+// the mean time per event and its ratio to the smallest size, for
+//  - a submit burst: N submits into an idle model, planned once at the end
+//    (the actor plans a burst of submits queued together once);
+//  - single events at N live sequences: a submit, then a cancel, alternately,
+//    each followed by its own round (what a step, a transfer or a cancel
+//    costs; the queue stays at N).
+//
+// Each figure is the best of --repeat runs (the machine is shared and noisy).
+//
+//   kvlane-schedbench [--sizes 100,1000,10000] [--events 200] [--repeat 3] [--slots 16]
+//                     [--clients 50]
+
+#include "actors/mlfq_policy.hpp"
+#include "actors/slot_planner.hpp"
+#include "actors/step_composer.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+using namespace kvlane::actors;
+
+namespace {
+
+struct options {
+  std::vector<std::size_t> sizes{100, 1000, 10000};
+  std::size_t events = 200;
+  std::size_t repeat = 3; ///< each figure is the best of this many runs
+  std::uint32_t slots = 16;
+  std::uint32_t clients = 50;
+};
+
+struct live_sequence {
+  seq_id id = 0;
+  std::string client;
+  mlfq_position position;
+  kv_state state = kv_state::queued;
+  std::optional<slot_id> slot;
+  std::uint32_t kv_len = 0;
+  std::uint32_t length = 0;
+};
+
+/// One model's sequences and slots, driven like the scheduler actor drives
+/// the pure units.
+class model {
+public:
+  model(const options& opt)
+    : policy_({true, false, 32}, {64, 4, 0}), owners_(opt.slots), clients_(opt.clients) {}
+
+  void submit() {
+    live_sequence s;
+    s.id = next_id_++;
+    s.client = "client-" + std::to_string(s.id % clients_);
+    auto cls = s.id % 4 == 0 ? priority_class::interactive : priority_class::batch;
+    s.length = 20 + static_cast<std::uint32_t>(s.id * 37 % 400);
+    s.position = policy_.enter(cls, s.length);
+    index_[s.id] = seqs_.size();
+    seqs_.push_back(std::move(s));
+  }
+
+  /// Cancels the `k`-th sequence without a slot, counting from the newest.
+  void cancel_waiting(std::size_t k) {
+    for (std::size_t i = seqs_.size(); i-- > 0;) {
+      if (seqs_[i].slot || k-- > 0)
+        continue;
+      index_.erase(seqs_[i].id);
+      if (i + 1 != seqs_.size()) {
+        seqs_[i] = std::move(seqs_.back());
+        index_[seqs_[i].id] = i;
+      }
+      seqs_.pop_back();
+      return;
+    }
+  }
+
+  /// The round the actor runs after an event. Returns the rows composed, so
+  /// the work cannot be optimized away.
+  std::size_t decide() {
+    std::vector<rank_entry> entries;
+    entries.reserve(seqs_.size());
+    for (auto& s : seqs_)
+      entries.push_back({&s.position, s.client});
+    auto order = policy_.rank(entries);
+
+    std::vector<slot_candidate> candidates;
+    candidates.reserve(order.size());
+    std::uint32_t dumping = 0;
+    for (auto i : order) {
+      auto& s = seqs_[i];
+      candidates.push_back({s.id, s.state, s.slot, false, s.kv_len == 0});
+      dumping += s.state == kv_state::dumping;
+    }
+    slot_plan_input in;
+    in.ranked = candidates;
+    in.owners = owners_;
+    in.dumping = dumping;
+    in.spare_slots = 1;
+    actions act{*this};
+    plan_slots(in, act);
+
+    std::vector<step_candidate> residents;
+    for (auto& s : seqs_)
+      if (s.state == kv_state::resident)
+        residents.push_back({s.id, &s.position, s.kv_len, s.length});
+    return compose_step(residents, {0, 32}).size();
+  }
+
+  std::size_t size() const noexcept { return seqs_.size(); }
+
+private:
+  class actions final : public slot_actions {
+  public:
+    explicit actions(model& m) : m_(m) {}
+    kv_state admit(seq_id id, slot_id slot) override {
+      auto& s = m_.find(id);
+      s.slot = slot;
+      m_.owners_[slot] = id;
+      return s.state = kv_state::resident;
+    }
+    kv_state evict(seq_id id, eviction) override {
+      // Recompute: the slot is free at once, so every round has work to do.
+      auto& s = m_.find(id);
+      m_.owners_[*s.slot].reset();
+      s.slot.reset();
+      return s.state = kv_state::queued;
+    }
+
+  private:
+    model& m_;
+  };
+
+  live_sequence& find(seq_id id) { return seqs_[index_.at(id)]; }
+
+  mlfq_policy policy_;
+  std::vector<live_sequence> seqs_;
+  std::unordered_map<seq_id, std::size_t> index_;
+  std::vector<std::optional<seq_id>> owners_;
+  std::uint32_t clients_;
+  seq_id next_id_ = 0;
+};
+
+std::optional<std::vector<std::size_t>> parse_sizes(std::string_view text) {
+  std::vector<std::size_t> out;
+  while (!text.empty()) {
+    auto comma = text.find(',');
+    auto item = text.substr(0, comma);
+    std::size_t v = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc{} || end != item.data() + item.size() || v == 0)
+      return std::nullopt;
+    out.push_back(v);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+  }
+  if (out.empty())
+    return std::nullopt;
+  return out;
+}
+
+std::optional<std::uint64_t> parse_count(std::string_view text) {
+  std::uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || v == 0 || v > 1'000'000)
+    return std::nullopt;
+  return v;
+}
+
+int usage(std::string_view why) {
+  fmt::print(stderr,
+             "kvlane-schedbench: {}\nusage: kvlane-schedbench [--sizes N,N,...] [--events N] "
+             "[--repeat N] [--slots N] [--clients N]\n",
+             why);
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help")
+      return usage("what one scheduling event costs at each live-queue size");
+    if (i + 1 >= argc)
+      return usage(fmt::format("{} needs a value", arg));
+    std::string_view value = argv[++i];
+    if (arg == "--sizes") {
+      auto sizes = parse_sizes(value);
+      if (!sizes)
+        return usage("--sizes: a comma-separated list of positive integers");
+      opt.sizes = *sizes;
+    } else if (auto n = parse_count(value); !n) {
+      return usage(fmt::format("{}: a positive integer up to 1000000", arg));
+    } else if (arg == "--events") {
+      opt.events = *n;
+    } else if (arg == "--repeat") {
+      opt.repeat = *n;
+    } else if (arg == "--slots") {
+      opt.slots = static_cast<std::uint32_t>(*n);
+    } else if (arg == "--clients") {
+      opt.clients = static_cast<std::uint32_t>(*n);
+    } else {
+      return usage(fmt::format("unknown option {}", arg));
+    }
+  }
+
+  using clock = std::chrono::steady_clock;
+  auto us_since = [](clock::time_point start, std::size_t events) {
+    return std::chrono::duration<double, std::micro>(clock::now() - start).count()
+           / double(events);
+  };
+  std::size_t sink = 0;
+
+  fmt::print("submit burst: N submits into an idle model of {} slots, one round at the end\n",
+             opt.slots);
+  fmt::print("{:>10} {:>14} {:>12}\n", "burst", "us per event", "vs first");
+  double first = 0;
+  for (auto n : opt.sizes) {
+    double us = 0;
+    for (std::size_t r = 0; r < opt.repeat; ++r) {
+      model m{opt};
+      auto start = clock::now();
+      while (m.size() < n)
+        m.submit();
+      sink += m.decide();
+      auto run = us_since(start, n);
+      us = r == 0 ? run : std::min(us, run);
+    }
+    if (first == 0)
+      first = us;
+    fmt::print("{:>10} {:>14.3f} {:>11.1f}x\n", n, us, us / first);
+  }
+
+  fmt::print("\nsingle events at N live sequences, one round each (submit and cancel "
+             "alternately)\n");
+  fmt::print("{:>10} {:>14} {:>12}\n", "live seqs", "us per event", "vs first");
+  first = 0;
+  for (auto n : opt.sizes) {
+    double us = 0;
+    for (std::size_t r = 0; r < opt.repeat; ++r) {
+      model m{opt};
+      while (m.size() < n)
+        m.submit();
+      sink += m.decide(); // settle the slots before timing
+      auto start = clock::now();
+      for (std::size_t e = 0; e < opt.events; ++e) {
+        if (e % 2 == 0)
+          m.submit();
+        else
+          m.cancel_waiting(e % 7);
+        sink += m.decide();
+      }
+      auto run = us_since(start, opt.events);
+      us = r == 0 ? run : std::min(us, run);
+    }
+    if (first == 0)
+      first = us;
+    fmt::print("{:>10} {:>14.2f} {:>11.1f}x\n", n, us, us / first);
+  }
+  return sink == 0 ? EXIT_FAILURE : EXIT_SUCCESS; // rows were composed every round
+}
