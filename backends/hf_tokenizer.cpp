@@ -55,7 +55,7 @@ expected<bool, std::string> flag(const json& j, const char* key, bool fallback,
 
 // An option that must be absent, null or one of the given harmless values.
 status must_be_unset(const json& j, const char* key, const std::string& where,
-                     std::initializer_list<json> harmless = {}) {
+                     const std::vector<json>& harmless = {}) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null())
     return {};
@@ -344,11 +344,13 @@ expected<hf_tokenizer_parts, std::string> build(const json& root) {
   if (type_of(model) != "BPE")
     return unexpected("model type '" + (type_of(model).empty() ? std::string("(missing)") : type_of(model))
                       + "' is not supported (supported: BPE)");
-  for (auto [key, harmless] : {std::pair<const char*, std::initializer_list<json>>{"dropout", {}},
-                               {"unk_token", {}},
-                               {"continuing_subword_prefix", {""}},
-                               {"end_of_word_suffix", {""}},
-                               {"byte_fallback", {false}}})
+  const std::vector<std::pair<const char*, std::vector<json>>> unsupported_options{
+      {"dropout", {}},
+      {"unk_token", {}},
+      {"continuing_subword_prefix", {json("")}},
+      {"end_of_word_suffix", {json("")}},
+      {"byte_fallback", {json(false)}}};
+  for (const auto& [key, harmless] : unsupported_options)
     if (auto ok = must_be_unset(model, key, "model", harmless); !ok)
       return unexpected(ok.error());
   auto ignore_merges = flag(model, "ignore_merges", false, "model");

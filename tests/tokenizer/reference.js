@@ -6,8 +6,10 @@
 //       CORPUS.json: an array of strings. OUT.json: {"special": [[ids]...], "plain": [[ids]...]}
 //       special = encode(text) (added tokens recognised, post-processor BOS);
 //       plain   = encode(text, {add_special_tokens: false}).
-//   node reference.js bench MODEL_DIR TEXT_FILE REPEAT
-//       encodes the file's lines REPEAT times; prints {"bytes": N, "tokens": N, "seconds": S}.
+//   node reference.js bench MODEL_DIR INPUT REPEAT
+//       encodes the input's texts (a JSON array of strings if INPUT ends in .json, else its
+//       lines) REPEAT times, no added tokens; prints {"bytes": N, "tokens": N, "seconds": S}
+//       for the timed passes (after one untimed warm-up pass).
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -33,11 +35,12 @@ if (mode === 'ids') {
   };
   fs.writeFileSync(extra, JSON.stringify(out));
 } else if (mode === 'bench') {
-  const lines = fs.readFileSync(input, 'utf8').split('\n');
+  const raw = fs.readFileSync(input, 'utf8');
+  const lines = input.endsWith('.json') ? JSON.parse(raw) : raw.split('\n');
   const repeat = Number(extra || 1);
   let bytes = 0;
   let tokens = 0;
-  for (const l of lines) tok.encode(l, { add_special_tokens: false }); // warm-up
+  for (const l of lines) tok.encode(l, { add_special_tokens: false }); // warm-up pass
   const start = process.hrtime.bigint();
   for (let r = 0; r < repeat; ++r)
     for (const l of lines) tokens += tok.encode(l, { add_special_tokens: false }).length;
