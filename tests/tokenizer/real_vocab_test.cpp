@@ -94,7 +94,7 @@ void compare_with_reference(const std::string& name) {
   }
   CHECK(special_mismatches == 0);
   CHECK(plain_mismatches == 0);
-  CHECK(plain_compared > 3000);
+  CHECK(plain_compared > 2500); // about 8% of the corpus holds added-token text
 }
 
 // At least `bytes` of text mixing the corpus, in a seeded order, with stray

@@ -8,7 +8,7 @@
 //       plain   = encode(text, {add_special_tokens: false}).
 //   node reference.js bench MODEL_DIR INPUT REPEAT
 //       encodes the input's texts (a JSON array of strings if INPUT ends in .json, else its
-//       lines) REPEAT times, no added tokens; prints {"bytes": N, "tokens": N, "seconds": S}
+//       lines) REPEAT times, added tokens recognised, no BOS; prints {"bytes": N, "tokens": N, "seconds": S}
 //       for the timed passes (after one untimed warm-up pass).
 'use strict';
 const fs = require('fs');

