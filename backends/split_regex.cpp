@@ -7,29 +7,38 @@ namespace kvlane::backends {
 
 struct split_regex::code {
   pcre2_code* re = nullptr;
-  bool jit = false;
   ~code() { pcre2_code_free(re); }
 };
 
 namespace {
 
-// One JIT stack per thread, grown on demand up to 8 MiB: a long run of
-// whitespace against `\s+(?!\S)` needs more than the 32 KiB default.
-pcre2_jit_stack* thread_jit_stack() {
-  struct holder {
-    pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
-    ~holder() { pcre2_jit_stack_free(stack); }
-  };
-  thread_local holder h;
-  return h.stack;
-}
+// Per thread, reused by every split() on it: match data for the whole-match
+// bounds only (one ovector pair serves any pattern) and a match context whose
+// JIT stack grows on demand up to 8 MiB (a long run of whitespace against
+// `\s+(?!\S)` needs more than the 32 KiB default).
+struct thread_matcher {
+  pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
+  pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
 
-struct match_data_deleter {
-  void operator()(pcre2_match_data* m) const noexcept { pcre2_match_data_free(m); }
+  thread_matcher() {
+    if (context && stack)
+      pcre2_jit_stack_assign(context, nullptr, stack);
+  }
+  ~thread_matcher() {
+    pcre2_jit_stack_free(stack);
+    pcre2_match_context_free(context);
+    pcre2_match_data_free(data);
+  }
+  thread_matcher(const thread_matcher&) = delete;
+  thread_matcher& operator=(const thread_matcher&) = delete;
+  bool ok() const noexcept { return data && context && stack; }
 };
-struct match_context_deleter {
-  void operator()(pcre2_match_context* m) const noexcept { pcre2_match_context_free(m); }
-};
+
+thread_matcher& this_thread_matcher() {
+  thread_local thread_matcher m;
+  return m;
+}
 
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buffer[256];
@@ -54,7 +63,8 @@ expected<split_regex, std::string> split_regex::create(std::string_view pattern)
   if (!c->re)
     return unexpected("invalid regex at offset " + std::to_string(offset) + ": "
                       + pcre2_message(error));
-  c->jit = pcre2_jit_compile(c->re, PCRE2_JIT_COMPLETE) == 0;
+  // Without JIT support PCRE2 interprets the pattern: slower, same result.
+  (void)pcre2_jit_compile(c->re, PCRE2_JIT_COMPLETE);
   return split_regex(std::move(c));
 }
 
@@ -62,27 +72,23 @@ void split_regex::split(std::string_view text,
                         const std::function<void(std::string_view)>& piece) const {
   if (text.empty())
     return;
-  std::unique_ptr<pcre2_match_data, match_data_deleter> md(
-      pcre2_match_data_create_from_pattern(code_->re, nullptr));
-  std::unique_ptr<pcre2_match_context, match_context_deleter> mc(pcre2_match_context_create(nullptr));
-  if (!md || !mc) {
+  auto& m = this_thread_matcher();
+  if (!m.ok()) {
     piece(text);
     return;
   }
-  if (code_->jit)
-    pcre2_jit_stack_assign(mc.get(), nullptr, thread_jit_stack());
-
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   std::size_t done = 0;  // text before this is already emitted
   std::size_t start = 0; // where the next search starts
   while (start < text.size()) {
-    const int rc = pcre2_match(code_->re, subject, text.size(), start, 0, md.get(), mc.get());
+    const int rc = pcre2_match(code_->re, subject, text.size(), start, 0, m.data, m.context);
     if (rc == PCRE2_ERROR_NOMATCH)
       break;
     if (rc < 0) {
       break; // a resource limit: the rest becomes one piece below
     }
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
+    // Copied out before any callback: a nested split() on this thread reuses m.data.
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.data);
     const std::size_t b = ov[0];
     const std::size_t e = ov[1];
     if (e == b) {

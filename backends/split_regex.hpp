@@ -10,7 +10,7 @@
 // such bytes never match and end up in gap pieces.
 //
 // Immutable after create(); split() is safe from any thread (match data is
-// per call, the JIT stack per thread).
+// and the JIT stack are per thread).
 
 #include "common/expected.hpp"
 
