@@ -6,7 +6,6 @@
 // never crash; a tokenizer that loads must encode and decode a fixed text
 // without crashing, give ids below size(), and round-trip that text.
 #include "backends/hf_tokenizer.hpp"
-#include "backends/unicode_nfc.hpp"
 
 #include <cstddef>
 #include <cstdint>
