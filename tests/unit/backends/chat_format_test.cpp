@@ -35,6 +35,13 @@ TEST_CASE("chat_format: names parse and print back") {
   CHECK_FALSE(parse_chat_format("").has_value());
 }
 
+TEST_CASE("chat_format: detect_chat_format recognises each template by its markers") {
+  CHECK(detect_chat_format("{{ '<|start_header_id|>' + role }}") == chat_format::llama3);
+  CHECK(detect_chat_format("{{- '<|im_start|>system\\n' }}") == chat_format::chatml);
+  CHECK(detect_chat_format("{{ '[|system|][|endofturn|]\\n' }}") == chat_format::exaone);
+  CHECK_FALSE(detect_chat_format("{{ messages }}").has_value());
+}
+
 TEST_CASE("chat_format: chatml over the byte tokenizer renders turns and the generation prompt") {
   const byte_tokenizer tok;
   const std::vector<chat_message> messages{{"system", "Be brief."}, {"user", "Hi"}};
