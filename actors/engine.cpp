@@ -141,7 +141,8 @@ engine::prepare(submit_request& req) {
   if (!req.prompt_text.empty()) {
     if (!req.prompt_tokens.empty())
       return fail(submit_errc::invalid_request, "give the prompt as text or as tokens, not both");
-    sub->prompt.push_back(tok.bos());
+    if (const auto bos = tok.bos())
+      sub->prompt.push_back(*bos);
     auto body = tok.encode(req.prompt_text);
     sub->prompt.insert(sub->prompt.end(), body.begin(), body.end());
   } else {
@@ -149,15 +150,19 @@ engine::prepare(submit_request& req) {
   }
   if (sub->prompt.empty())
     return fail(submit_errc::invalid_request, "the prompt is empty");
+  const std::uint32_t vocabulary = std::min(tok.size(), info.vocab_size);
   for (std::size_t i = 0; i < sub->prompt.size(); ++i)
-    if (sub->prompt[i] >= info.vocab_size)
+    if (sub->prompt[i] >= vocabulary)
       return fail(submit_errc::invalid_request,
                   fmt::format("prompt token {} at position {} is outside the vocabulary (size {})",
-                              sub->prompt[i], i, info.vocab_size));
-  if (req.stop_at_eos && std::find(req.sampling.stop_tokens.begin(), req.sampling.stop_tokens.end(),
-                                   tok.eos()) == req.sampling.stop_tokens.end())
-    req.sampling.stop_tokens.push_back(tok.eos());
-  if (auto ok = validate(req.sampling, info.vocab_size, info.max_context); !ok)
+                              sub->prompt[i], i, vocabulary));
+  if (req.stop_at_eos)
+    for (const auto stop : tok.stop_tokens())
+      if (std::find(req.sampling.stop_tokens.begin(), req.sampling.stop_tokens.end(), stop)
+          == req.sampling.stop_tokens.end())
+        req.sampling.stop_tokens.push_back(stop);
+  req.sampling.token_limit = vocabulary;
+  if (auto ok = validate(req.sampling, vocabulary, info.max_context); !ok)
     return fail(submit_errc::invalid_request, ok.error());
   const auto need = sub->prompt.size() + req.sampling.max_tokens;
   if (need > info.max_context)

@@ -38,7 +38,7 @@ struct submit_request {
   std::string prompt_text;            ///< encoded with the model's tokenizer, after BOS
   std::vector<token_id> prompt_tokens; ///< used as is when prompt_text is empty
   sampling_params sampling;
-  bool stop_at_eos = true; ///< add the model's EOS token to the stop tokens
+  bool stop_at_eos = true; ///< add the model's stop tokens (its tokenizer's) to the stop tokens
 };
 
 enum class submit_errc : std::uint8_t {

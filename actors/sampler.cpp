@@ -106,6 +106,8 @@ double sampler::next_unit() noexcept {
 }
 
 backends::token_id sampler::sample(std::span<const float> logits) {
+  if (params_.token_limit != 0 && logits.size() > params_.token_limit)
+    logits = logits.first(params_.token_limit);
   const std::size_t n = logits.size();
   if (n == 0)
     return 0;

@@ -48,6 +48,10 @@ struct sampling_params {
   std::uint64_t seed = 0;
   std::uint32_t max_tokens = 256;
   std::vector<backends::token_id> stop_tokens;
+  /// Ids at or above this are never sampled (0: the whole row). The engine
+  /// sets it to the tokenizer's size: a model's logits row may be wider than
+  /// its vocabulary, and the padding ids have no text.
+  std::uint32_t token_limit = 0;
 };
 
 /// Checks `p` against the model's geometry. The error names the offending
@@ -69,7 +73,8 @@ public:
   /// (0, 1) is treated as off or as "top token only", top_k beyond the row is off).
   explicit sampler(sampling_params params);
 
-  /// Picks one token from `logits`. Greedy when temperature is 0 (lowest index
+  /// Picks one token from `logits` (its first params().token_limit entries
+  /// when that is set and smaller than the row). Greedy when temperature is 0 (lowest index
   /// wins ties; consumes no randomness). Otherwise: top-k on the logits,
   /// softmax at the temperature, nucleus (top-p) cut, renormalize, and exactly
   /// one random draw per call (an empty row draws nothing). The result is

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -116,14 +117,29 @@ private:
 };
 
 /// Turns text into tokens and back. Owned by the backend (a model's tokenizer
-/// belongs to the model).
+/// belongs to the model). Immutable after construction: every method is safe
+/// from any thread.
 class tokenizer {
 public:
   virtual ~tokenizer() = default;
-  virtual std::vector<token_id> encode(std::string_view text) const = 0;
+  /// parse_special = false (the default, for untrusted text): every byte is
+  /// text, the result never contains a special/added token id. true: special
+  /// tokens written in the text are recognised (Hugging Face `encode`
+  /// behaviour). Never adds BOS: callers prepend bos() when they want it.
+  virtual std::vector<token_id> encode(std::string_view text, bool parse_special = false) const = 0;
+  /// Raw bytes of the tokens (a token may end mid UTF-8 sequence; the stream
+  /// assembles UTF-8). Special tokens and ids outside the vocabulary decode to nothing.
   virtual std::string decode(std::span<const token_id> tokens) const = 0;
-  virtual token_id bos() const noexcept = 0;
-  virtual token_id eos() const noexcept = 0;
+  /// The BOS a prompt starts with, if this tokenizer's post-processor adds one
+  /// (Llama 3: yes, Qwen: no).
+  virtual std::optional<token_id> bos() const noexcept = 0;
+  /// Tokens that end generation (generation_config eos_token_id may list several).
+  virtual std::span<const token_id> stop_tokens() const noexcept = 0;
+  /// The id of a special/added token given its text ("<|im_end|>"), if any.
+  virtual std::optional<token_id> special_token(std::string_view text) const noexcept = 0;
+  /// Ids below size() are valid; a model's logits row may be wider (the
+  /// sampler masks the tail).
+  virtual std::uint32_t size() const noexcept = 0;
 };
 
 class backend {

@@ -4,6 +4,7 @@
 #include "daemon/config.hpp"
 #include "tools/admin_client.hpp"
 #include "tools/probe.hpp"
+#include "tools/tokenize_command.hpp"
 
 #include <kvlane/client.hpp>
 
@@ -19,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvlane::tools {
 
@@ -39,6 +41,8 @@ constexpr const char* usage_text =
   "  top        live view of slots, lanes, tokens/s and store\n"
   "  probe      measure a backend: step time vs rows/tokens, dump/load time and\n"
   "             bandwidth, and whether transfers overlap compute\n"
+  "  tokenize   print the token ids of a text (a model's tokenizer.json)\n"
+  "  detokenize write the text of token ids\n"
   "\n"
   "admin commands take --socket PATH (default <runtime dir>/kvlane-admin.sock) and\n"
   "--json (print the daemon's JSON answer as is)\n"
@@ -53,6 +57,11 @@ constexpr const char* usage_text =
   "  --json               print one JSON object instead of text\n"
   "\n"
   "The probe overwrites every slot of the device: run it with kvlaned stopped.\n"
+  "\n"
+  "tokenize options:  kvlane tokenize --tokenizer PATH [--no-special] [--json] [TEXT | -]\n"
+  "  like Hugging Face encode: special tokens in TEXT are recognised and the BOS is\n"
+  "  added when the tokenizer adds one; --no-special: neither. --json: a JSON array.\n"
+  "detokenize:  kvlane detokenize --tokenizer PATH [ID... | -]   (writes raw bytes)\n"
   "\n"
   "run options:  kvlane run [options] [\"prompt\"]   (no prompt: read it from stdin)\n"
   "  --model NAME                model (default: the daemon's first model)\n"
@@ -323,6 +332,11 @@ int cli_main(int argc, char** argv) {
     return probe_main(argc - 2, argv + 2);
   if (cmd == "run")
     return run_main(argc - 2, argv + 2);
+  if (cmd == "tokenize" || cmd == "detokenize") {
+    const std::vector<std::string_view> args(argv + 2, argv + argc);
+    return cmd == "tokenize" ? tokenize_main(args, std::cin, std::cout, std::cerr)
+                             : detokenize_main(args, std::cin, std::cout, std::cerr);
+  }
   if (is_admin_command(cmd))
     return admin_main(argc - 1, argv + 1);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {

@@ -109,6 +109,24 @@ TEST_CASE("sampler: greedy picks the argmax and the lowest index on ties") {
   CHECK(sut.draws() == 0);
 }
 
+TEST_CASE("sampler: token_limit masks the padding tail of a wider logits row") {
+  // Ids 4 and 5 are padding beyond a 4-token vocabulary and carry the largest logits.
+  const std::vector<float> logits{0.1f, 1.0f, 0.5f, -1.0f, 9.0f, 8.0f};
+  auto greedy = params(0.0f);
+  greedy.token_limit = 4;
+  sampler g{greedy};
+  CHECK(g.sample(logits) == 1);
+  auto hot = params(50.0f, 3);
+  hot.token_limit = 4;
+  sampler h{hot};
+  std::set<token_id> seen;
+  for (int i = 0; i < 2000; ++i)
+    seen.insert(h.sample(logits));
+  CHECK(seen == std::set<token_id>{0, 1, 2, 3});
+  sampler unmasked{params(0.0f)};
+  CHECK(unmasked.sample(logits) == 4);
+}
+
 TEST_CASE("sampler: the same seed gives the same sequence and a different seed another") {
   const std::vector<float> logits{0.0f, 0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f};
   sampler a{params(1.0f, 42)};

@@ -68,7 +68,7 @@ std::vector<token_id> generate(backend& b, slot_id slot, std::uint32_t cache_len
 }
 
 std::vector<token_id> prompt(const backend& b, std::string_view text) {
-  std::vector<token_id> t{b.tokens().bos()};
+  std::vector<token_id> t{*b.tokens().bos()};
   const auto body = b.tokens().encode(text);
   t.insert(t.end(), body.begin(), body.end());
   return t;
@@ -201,7 +201,7 @@ TEST_CASE("sim_backend: greedy decoding produces readable lowercase pseudo-words
   auto produced = generate(*sut, 0, len, first, 199);
   produced.insert(produced.begin(), first);
   REQUIRE(produced.size() == 200);
-  CHECK(std::count(produced.begin(), produced.end(), sut->tokens().eos()) == 0);
+  CHECK(std::count(produced.begin(), produced.end(), sut->tokens().stop_tokens()[0]) == 0);
   const std::string text = sut->tokens().decode(produced);
   INFO("sim text: " << text);
   const auto lower_or_space = std::count_if(text.begin(), text.end(), [](char c) {
@@ -229,7 +229,7 @@ TEST_CASE("sim_backend: eos_rate 0 never ends a sequence, a higher eos_rate ends
     token_id next = feed(*sut, 0, len, p);
     int eos = 0;
     for (int i = 0; i < 250; ++i) {
-      if (next == sut->tokens().eos())
+      if (next == sut->tokens().stop_tokens()[0])
         ++eos;
       next = feed(*sut, 0, len, {&next, 1});
     }

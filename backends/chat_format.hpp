@@ -1,0 +1,69 @@
+#pragma once
+
+// kvlane::backends::chat_format — turns a conversation into a model's prompt tokens.
+//
+// Problem it solves: an instruct model only follows a conversation written in
+// the exact format it was trained on (its Jinja chat template). kvlane has no
+// Jinja engine; it renders the formats of the model families it serves with
+// built-in formatters that produce the same tokens as the templates:
+//
+//  - chatml (Qwen2.5, Qwen3 without tools or reasoning traces):
+//      <|im_start|>{role}\n{content}<|im_end|>\n ... [<|im_start|>assistant\n]
+//  - llama3 (the Llama-3 template, as shipped in the Llama-3.1 tokenizer copy kvlane is tested with):
+//      <|begin_of_text|> then per message
+//      <|start_header_id|>{role}<|end_header_id|>\n\n{trimmed content}<|eot_id|>
+//      ... [<|start_header_id|>assistant<|end_header_id|>\n\n]
+//  - exaone (EXAONE-3.x): a system turn first (an empty one when the
+//      conversation has none), then [|{role}|]{content} followed by "\n" after
+//      a user turn and [|endofturn|]\n after any other ... [[|assistant|]]
+//
+// Special tokens are emitted by id (looked up in the tokenizer by their text);
+// message content is encoded with parse_special = false, so a user cannot
+// inject a special token by writing its text. The text between two special
+// tokens is encoded as one run, as Hugging Face does after splitting on
+// special tokens, so the result equals encoding the template's rendering with
+// special tokens recognised (for content free of special-token text).
+//
+// Stateless functions; safe from any thread.
+
+#include "backends/backend.hpp"
+#include "common/expected.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvlane::backends {
+
+enum class chat_format : std::uint8_t { chatml, llama3, exaone };
+
+/// "chatml", "llama3" or "exaone".
+std::string_view to_string(chat_format format) noexcept;
+
+/// The format named `name` ("chatml" | "llama3" | "exaone"), if any.
+std::optional<chat_format> parse_chat_format(std::string_view name) noexcept;
+
+/// The format a Jinja chat template (tokenizer_config.json chat_template, or
+/// chat_template.jinja) writes, recognised by its markers: <|start_header_id|>
+/// -> llama3, <|im_start|> -> chatml, [|endofturn|] -> exaone; nullopt if none.
+std::optional<chat_format> detect_chat_format(std::string_view chat_template) noexcept;
+
+/// One message of a conversation; role is system, user or assistant.
+struct chat_message {
+  std::string role;
+  std::string content;
+};
+
+/// Renders messages as the model's template does: the format's special tokens
+/// by id, message content encoded with parse_special = false, the BOS where
+/// the template puts one, and the assistant header when add_generation_prompt.
+/// Errors (invalid_argument): an unknown role (named, with the message index),
+/// a special token the tokenizer lacks (named).
+expected<std::vector<token_id>, backend_error> render_chat(chat_format format, const tokenizer& tok,
+                                                            std::span<const chat_message> messages,
+                                                            bool add_generation_prompt);
+
+} // namespace kvlane::backends
