@@ -541,6 +541,7 @@ std::string default_kvlaned_path() {
 
 std::string config_toml(const daemon::config& cfg) {
   std::string out = "# written by kvlane-bench --path ipc\nversion = 1\n";
+  out += "\n[http]\nlisten = \"\"\n"; // the benchmark drives the ring path only
   const auto& d = cfg.daemon;
   out += fmt::format("\n[daemon]\nruntime_dir = {}\nworker_threads = {}\nlog_level = {}\n"
                      "shutdown_timeout_ms = {}\nshutdown_grace_ms = {}\n",
