@@ -513,7 +513,9 @@ int main(int argc, char** argv) {
     auto cfg_text = bench_config(dir + "/http/run", streams, true);
     const std::string off = "[http]\nlisten = \"\"\n";
     if (auto at = cfg_text.find(off); at != std::string::npos)
-      cfg_text.replace(at, off.size(), "[http]\nlisten = \"127.0.0.1:0\"\nmax_connections = 4096\n");
+      cfg_text.replace(at, off.size(),
+                      "[daemon.log_levels]\nhttp = \"info\"\n" // logs the URL with the port
+                      "[http]\nlisten = \"127.0.0.1:0\"\nmax_connections = 4096\n");
     daemon_proc d{daemon_exe, dir + "/http", cfg_text};
     auto c = d.connect();
     const auto port = d.http_port();
@@ -535,14 +537,6 @@ int main(int argc, char** argv) {
     std::printf("    HTTP/SSE (/v1/completions):  p50 %8.1f  p99 %8.1f\n", http.p50, http.p99);
     std::printf("    HTTP - ring, p50: %.1f us\n", http.p50 - ring.p50);
 
-    const auto r = kvlane::ipcbench::run_http_streams(port, "bench", streams, 448, seconds);
-    std::printf("  %u concurrent SSE streams, 448 tokens per request: %.0f tokens/s; %llu requests, "
-                "%llu short of tokens, %llu failed\n",
-                streams, static_cast<double>(r.tokens) / r.seconds,
-                static_cast<unsigned long long>(r.requests),
-                static_cast<unsigned long long>(r.short_requests),
-                static_cast<unsigned long long>(r.failed));
-
     constexpr int idle = 500; // under the default limit of 1024 open files per process
     const auto before = rss_kib(d.pid());
     std::vector<int> fds;
@@ -561,6 +555,14 @@ int main(int argc, char** argv) {
                 fds.empty() ? 0.0 : static_cast<double>(after - std::min(after, before)) / static_cast<double>(fds.size()));
     for (int fd : fds)
       ::close(fd);
+    const auto r = kvlane::ipcbench::run_http_streams(port, "bench", streams, 448, seconds);
+    std::printf("  %u concurrent SSE streams, 448 tokens per request: %.0f tokens/s; %llu requests, "
+                "%llu short of tokens, %llu failed\n",
+                streams, static_cast<double>(r.tokens) / r.seconds,
+                static_cast<unsigned long long>(r.requests),
+                static_cast<unsigned long long>(r.short_requests),
+                static_cast<unsigned long long>(r.failed));
+
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
