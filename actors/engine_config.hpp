@@ -10,6 +10,7 @@
 
 #include "actors/policy.hpp"
 #include "backends/backend_config.hpp"
+#include "backends/chat_format.hpp"
 
 #include <cstdint>
 #include <string>
@@ -20,6 +21,8 @@ namespace kvlane::actors {
 struct model_config {
   std::string name;
   backends::backend_config backend;    ///< `backend` and the backend's own table ([model.sim])
+  /// The chat template the HTTP API's chat endpoints render messages with.
+  backends::chat_format chat_format = backends::chat_format::chatml;
   std::uint64_t store_floor_bytes = 0; ///< snapshot store bytes reserved for this model
   std::uint64_t store_cap_bytes = 0;   ///< most snapshot store bytes it may use; 0 = no cap
 

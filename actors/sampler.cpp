@@ -77,6 +77,11 @@ expected<void, std::string> validate(const sampling_params& p, std::uint32_t voc
   if (p.max_tokens < 1 || p.max_tokens > max_context)
     return unexpected(fmt::format("max_tokens must be in [1, max_context ({})], got {}",
                                   max_context, p.max_tokens));
+  for (auto [name, v] : {std::pair{"presence_penalty", p.presence_penalty},
+                         std::pair{"frequency_penalty", p.frequency_penalty}})
+    if (!std::isfinite(v) || v < -max_penalty || v > max_penalty)
+      return unexpected(fmt::format("{} must be in [-{}, {}], got {}", name, max_penalty,
+                                    max_penalty, v));
   if (p.stop_tokens.size() > max_stop_tokens)
     return unexpected(fmt::format("stop_tokens holds {} entries, at most {} allowed",
                                   p.stop_tokens.size(), max_stop_tokens));
@@ -108,6 +113,27 @@ double sampler::next_unit() noexcept {
 backends::token_id sampler::sample(std::span<const float> logits) {
   if (params_.token_limit != 0 && logits.size() > params_.token_limit)
     logits = logits.first(params_.token_limit);
+  if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f)
+    return pick(logits);
+  const auto t = pick(penalised(logits));
+  auto it = std::lower_bound(counts_.begin(), counts_.end(), t,
+                             [](const auto& e, backends::token_id v) { return e.first < v; });
+  if (it != counts_.end() && it->first == t)
+    ++it->second;
+  else
+    counts_.insert(it, {t, 1});
+  return t;
+}
+
+std::span<const float> sampler::penalised(std::span<const float> logits) {
+  penalised_.assign(logits.begin(), logits.end());
+  for (const auto& [t, c] : counts_)
+    if (t < penalised_.size())
+      penalised_[t] -= params_.presence_penalty + static_cast<float>(c) * params_.frequency_penalty;
+  return penalised_;
+}
+
+backends::token_id sampler::pick(std::span<const float> logits) {
   const std::size_t n = logits.size();
   if (n == 0)
     return 0;

@@ -52,7 +52,12 @@ struct sampling_params {
   /// sets it to the tokenizer's size: a model's logits row may be wider than
   /// its vocabulary, and the padding ids have no text.
   std::uint32_t token_limit = 0;
+  /// OpenAI's penalties, in [-2, 2]: before sampling, each token already
+  /// generated c > 0 times loses presence_penalty + c * frequency_penalty.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
 };
+inline constexpr float max_penalty = 2.0f;
 
 /// Checks `p` against the model's geometry. The error names the offending
 /// field and the value it had, e.g. "top_p must be in (0, 1], got 1.5".
@@ -81,6 +86,8 @@ public:
   /// always < logits.size(), or 0 for an empty row. Allocates only when the
   /// row is longer than any seen before.
   backends::token_id sample(std::span<const float> logits);
+  // With a penalty set, the logits are first copied and penalised by the
+  // counts of the tokens this sampler returned before (a sparse count table).
 
   bool is_stop(backends::token_id t) const noexcept;
 
@@ -98,6 +105,8 @@ private:
   double next_unit() noexcept;
   backends::token_id sample_few(std::size_t k, float max_v, float inv_t, double u) noexcept;
   backends::token_id sample_all(std::size_t k, double u) noexcept;
+  backends::token_id pick(std::span<const float> logits);
+  std::span<const float> penalised(std::span<const float> logits);
 
   sampling_params params_;
   sampler_state state_;
@@ -106,6 +115,8 @@ private:
   std::vector<float> probs_;          // unnormalized probabilities
   std::vector<std::uint32_t> order_;  // candidate token ids
   std::vector<double> buckets_;       // probability mass per log-probability band (top-p)
+  std::vector<float> penalised_;      // penalised copy of the row (penalties only)
+  std::vector<std::pair<backends::token_id, std::uint32_t>> counts_; // returned tokens, sorted
 };
 
 } // namespace kvlane::actors

@@ -12,8 +12,8 @@ namespace kvlane::logging {
 
 namespace {
 
-constexpr std::array<std::string_view, 7> names{"daemon", "backend", "scheduler", "store",
-                                                "ipc",    "admin",   "probe"};
+constexpr std::array<std::string_view, 8> names{"daemon", "backend", "scheduler", "store",
+                                                "ipc",    "admin",   "probe",     "http"};
 
 // stderr sink for journald: "<priority>logger: message". No timestamp, since
 // the journal records its own.

@@ -4,6 +4,7 @@
 #include "daemon/admin_server.hpp"
 #include "daemon/gateway.hpp"
 #include "common/logging.hpp"
+#include "daemon/http/server.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/metrics_http.hpp"
 
@@ -190,6 +191,22 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string 
     logging::get("admin")->info("metrics on http://{}/metrics", self->cfg_.metrics.listen);
     self->on_stop("metrics HTTP", [s = self.get()] { s->http_.reset(); });
   }
+
+  // The HTTP API. Stopped before the engine: its streams end with their connections.
+  if (!self->cfg_.http.listen.empty()) {
+    auto api = http::server::create(self->cfg_.http, self->cfg_.models, *self->engine_,
+                                    [s = self.get()] {
+                                      return s->serving_.load() && s->engine_->admitting();
+                                    });
+    if (!api)
+      return unexpected(std::move(api).error());
+    self->api_ = std::move(*api);
+    logging::get("http")->info("HTTP API (OpenAI and Ollama compatible) on {}{}", self->api_->url(),
+                               self->cfg_.http.api_key.empty() && self->cfg_.http.api_key_file.empty()
+                                 ? ""
+                                 : " (API key required)");
+    self->on_stop("HTTP API", [s = self.get()] { s->api_.reset(); });
+  }
   return self;
 }
 
@@ -275,6 +292,7 @@ exit_code app::run(const sigset_t& signals) {
   auto log = logging::get("daemon");
   watchdog_ = notify_.watchdog_interval();
   notify_.ready(summary());
+  serving_ = true;
   last_status_ = std::chrono::steady_clock::now();
   log->info("ready: {} model(s), scheduler mode {}", engine_->models().size(),
             to_string(cfg_.scheduler.mode));

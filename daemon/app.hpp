@@ -18,6 +18,7 @@
 #include "daemon/config.hpp"
 #include "daemon/notifier.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <functional>
@@ -37,6 +38,10 @@ class engine;
 } // namespace kvlane::actors
 
 namespace kvlane::daemon {
+
+namespace http {
+class server;
+} // namespace http
 
 class admin_server;
 class gateway;
@@ -118,6 +123,8 @@ private:
   std::unique_ptr<caf::actor_system> system_;
   std::unique_ptr<actors::engine> engine_;
   std::unique_ptr<gateway> gateway_; ///< client socket <runtime_dir>/kvlane.sock
+  std::unique_ptr<http::server> api_; ///< the HTTP API ([http] listen)
+  std::atomic<bool> serving_{false};  ///< READY=1 was sent (GET /health)
   std::vector<std::pair<std::string, std::function<void()>>> stops_;
 };
 

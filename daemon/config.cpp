@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -92,7 +93,8 @@ status parse_daemon(const reporter& r, const section& root, daemon_section& out)
 
 
 status parse_model(const reporter& r, const section& s, model_section& out) {
-  std::vector<std::string_view> known{"name", "store_floor_bytes", "store_cap_bytes"};
+  std::vector<std::string_view> known{"name", "chat_format", "store_floor_bytes",
+                                     "store_cap_bytes"};
   const auto backend_keys = backends::backend_model_keys();
   known.insert(known.end(), backend_keys.begin(), backend_keys.end());
   KVLANE_CONFIG_TRY(check_keys(r, s, known));
@@ -105,6 +107,16 @@ status parse_model(const reporter& r, const section& s, model_section& out) {
       s.key("name"), s.line("name"),
       fmt::format("must be 1 to 64 characters from A-Z a-z 0-9 . _ - (got {})", quoted(out.name))));
   KVLANE_CONFIG_TRY(backends::parse_backend_config(r, s, out.backend));
+  if (s.find("chat_format") != nullptr) {
+    std::string name;
+    KVLANE_CONFIG_TRY(read_string(r, s, "chat_format", name));
+    const auto f = backends::parse_chat_format(name);
+    if (!f)
+      return unexpected(r.bad_value(
+        s.key("chat_format"), s.line("chat_format"),
+        fmt::format("must be one of \"chatml\", \"llama3\", \"exaone\" (got {})", quoted(name))));
+    out.chat_format = *f;
+  }
 
   constexpr std::uint64_t store_limit = 1ull << 44;
   KVLANE_CONFIG_TRY(read_bytes(r, s, "store_floor_bytes", out.store_floor_bytes, 0, store_limit));
@@ -316,6 +328,88 @@ status parse_metrics(const reporter& r, const section& root, metrics_section& ou
   return {};
 }
 
+status parse_http(const reporter& r, const section& root, http_section& out) {
+  auto table = find_table(r, root, "http");
+  if (!table)
+    return unexpected(std::move(table.error()));
+  if (*table == nullptr)
+    return {};
+  const section s{**table, "http"};
+  KVLANE_CONFIG_TRY(check_keys(r, s,
+                               {"listen", "api_key", "api_key_file", "cors_origins",
+                                "max_connections", "max_body_bytes", "max_header_bytes",
+                                "idle_timeout_ms", "header_timeout_ms"}));
+  KVLANE_CONFIG_TRY(read_string(r, s, "listen", out.listen));
+  KVLANE_CONFIG_TRY(read_string(r, s, "api_key", out.api_key));
+  KVLANE_CONFIG_TRY(read_string(r, s, "api_key_file", out.api_key_file));
+  if (!out.api_key.empty() && !out.api_key_file.empty())
+    return unexpected(r.bad_value(s.key("api_key_file"), s.line("api_key_file"),
+                                  "set api_key or api_key_file, not both"));
+  if (!out.api_key_file.empty() && out.api_key_file.front() != '/')
+    return unexpected(r.bad_value(s.key("api_key_file"), s.line("api_key_file"),
+                                  fmt::format("must be an absolute path (got {})",
+                                              quoted(out.api_key_file))));
+  const bool key_ok = std::all_of(out.api_key.begin(), out.api_key.end(), [](char c) {
+    return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
+  });
+  if (!key_ok)
+    return unexpected(r.bad_value(s.key("api_key"), s.line("api_key"),
+                                  "must be printable ASCII without spaces"));
+  if (!out.listen.empty()) {
+    const auto where = parse_http_listen(out.listen);
+    if (!where)
+      return unexpected(r.bad_value(
+        s.key("listen"), s.line("listen"),
+        fmt::format("must be an IP address and port such as \"127.0.0.1:8471\", "
+                    "\"0.0.0.0:8471\" or \"[::1]:8471\", or empty to turn the HTTP API off "
+                    "(got {})",
+                    quoted(out.listen))));
+    if (!where->loopback && out.api_key.empty() && out.api_key_file.empty())
+      return unexpected(r.bad_value(
+        s.key("api_key"), s.line("listen"),
+        fmt::format("required when listen is not a loopback address (listen = {}): set "
+                    "http.api_key or http.api_key_file, or listen on 127.0.0.1",
+                    quoted(out.listen))));
+  }
+  if (const auto* n = s.find("cors_origins")) {
+    const auto* array = n->as_array();
+    if (array == nullptr)
+      return unexpected(r.wrong_type(s.key("cors_origins"), *n, "array of origins"));
+    out.cors_origins.clear();
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const auto& e = *array->get(i);
+      const auto key = fmt::format("{}[{}]", s.key("cors_origins"), i);
+      const auto* str = e.as_string();
+      if (str == nullptr)
+        return unexpected(r.wrong_type(key, e, "string"));
+      const auto& v = str->get();
+      const bool scheme = v.starts_with("http://") || v.starts_with("https://");
+      const bool clean = std::all_of(v.begin(), v.end(), [](char c) {
+        return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
+      });
+      if (!scheme || !clean || v.back() == '/')
+        return unexpected(r.bad_value(
+          key, line_of(e),
+          fmt::format("must be an origin such as \"http://localhost:3000\" (scheme, host, "
+                      "optional port, no path) (got {})",
+                      quoted(v))));
+      out.cors_origins.push_back(v);
+    }
+  }
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_connections", out.max_connections, 1, 65536));
+  KVLANE_CONFIG_TRY(read_bytes(r, s, "max_body_bytes", out.max_body_bytes, kib, 256 * mib));
+  std::uint64_t header_bytes = out.max_header_bytes;
+  KVLANE_CONFIG_TRY(read_bytes(r, s, "max_header_bytes", header_bytes, kib, mib));
+  out.max_header_bytes = static_cast<std::uint32_t>(header_bytes);
+  std::int64_t idle_ms = out.idle_timeout.count();
+  KVLANE_CONFIG_TRY(read_int(r, s, "idle_timeout_ms", idle_ms, 100, 3'600'000));
+  out.idle_timeout = std::chrono::milliseconds(idle_ms);
+  std::int64_t header_ms = out.header_timeout.count();
+  KVLANE_CONFIG_TRY(read_int(r, s, "header_timeout_ms", header_ms, 100, 600'000));
+  out.header_timeout = std::chrono::milliseconds(header_ms);
+  return {};
+}
+
 /// Floors are reservations: together they must fit in the store.
 status check_floors(const reporter& r, const section& root, const config& c) {
   std::uint64_t sum = 0;
@@ -351,7 +445,8 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   }
   KVLANE_CONFIG_TRY(
     check_keys(r, root,
-               {"version", "daemon", "model", "scheduler", "store", "clients", "admin", "metrics"}));
+               {"version", "daemon", "model", "scheduler", "store", "clients", "admin", "metrics",
+                "http"}));
   if (version == nullptr)
     return unexpected(
       r.bad_value("version", root.line(), "required key is missing (add 'version = 1' at the top)"));
@@ -365,6 +460,7 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   KVLANE_CONFIG_TRY(parse_clients(r, root, c.clients));
   KVLANE_CONFIG_TRY(parse_admin(r, root, c.admin));
   KVLANE_CONFIG_TRY(parse_metrics(r, root, c.metrics));
+  KVLANE_CONFIG_TRY(parse_http(r, root, c.http));
   return c;
 }
 
@@ -388,6 +484,41 @@ std::optional<listen_address> parse_listen(std::string_view text) {
     out.host = "::1";
   else
     return std::nullopt;
+  return out;
+}
+
+std::optional<http_listen_address> parse_http_listen(std::string_view text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string_view::npos)
+    return std::nullopt;
+  auto host = text.substr(0, colon);
+  auto port_text = text.substr(colon + 1);
+  unsigned port = 0;
+  auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc{} || p != port_text.data() + port_text.size() || port > 65535)
+    return std::nullopt;
+  http_listen_address out;
+  out.port = static_cast<std::uint16_t>(port);
+  if (host == "localhost") {
+    out.host = "127.0.0.1";
+    out.loopback = true;
+    return out;
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    const std::string literal{host.substr(1, host.size() - 2)};
+    in6_addr a6{};
+    if (::inet_pton(AF_INET6, literal.c_str(), &a6) != 1)
+      return std::nullopt;
+    out.host = literal;
+    out.loopback = IN6_IS_ADDR_LOOPBACK(&a6);
+    return out;
+  }
+  const std::string literal{host};
+  in_addr a4{};
+  if (::inet_pton(AF_INET, literal.c_str(), &a4) != 1)
+    return std::nullopt;
+  out.host = literal;
+  out.loopback = (ntohl(a4.s_addr) >> 24) == 127;
   return out;
 }
 

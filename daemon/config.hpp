@@ -76,6 +76,22 @@ struct metrics_section {
   friend bool operator==(const metrics_section&, const metrics_section&) = default;
 };
 
+/// [http]: the OpenAI- and Ollama-compatible HTTP API (docs/http.md).
+struct http_section {
+  /// "HOST:PORT"; empty = off. A non-loopback host needs api_key or api_key_file.
+  std::string listen = "127.0.0.1:8471";
+  std::string api_key;      ///< bearer key clients must send; empty = none
+  std::string api_key_file; ///< file holding the key (first line), read at start-up
+  std::vector<std::string> cors_origins; ///< origins allowed by CORS; empty = none
+  std::uint32_t max_connections = 256;   ///< open connections at once
+  std::uint64_t max_body_bytes = 4ull << 20; ///< bytes of one request body
+  std::uint32_t max_header_bytes = 16u << 10; ///< bytes of one request's start line and headers
+  std::chrono::milliseconds idle_timeout{60000};  ///< a keep-alive connection may idle this long
+  std::chrono::milliseconds header_timeout{10000}; ///< a request's headers must arrive within this
+
+  friend bool operator==(const http_section&, const http_section&) = default;
+};
+
 /// [store]: the snapshot store.
 using store_section = actors::store_config;
 
@@ -86,6 +102,7 @@ struct config : actors::engine_config {
   clients_section clients;
   admin_section admin;
   metrics_section metrics;
+  http_section http;
 };
 
 
@@ -101,5 +118,15 @@ struct listen_address {
   std::uint16_t port = 0;
 };
 std::optional<listen_address> parse_listen(std::string_view text);
+
+/// Any listen address for [http]: an IPv4 literal, "localhost" or a bracketed
+/// IPv6 literal, then ":PORT" with PORT 0..65535 (0: any free port, logged).
+/// Empty on anything else.
+struct http_listen_address {
+  std::string host; ///< numeric, e.g. "0.0.0.0", "127.0.0.1", "::"
+  std::uint16_t port = 0;
+  bool loopback = false; ///< 127.0.0.0/8 or ::1
+};
+std::optional<http_listen_address> parse_http_listen(std::string_view text);
 
 } // namespace kvlane::daemon

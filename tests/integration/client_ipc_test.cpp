@@ -63,6 +63,8 @@ max_context = 256
 snapshot_bytes = "1MiB"
 time_scale = {}
 {}
+[http]
+listen = ""
 )",
                      run_dir, time_scale, extra);
 }

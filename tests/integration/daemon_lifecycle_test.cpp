@@ -32,6 +32,8 @@ max_context = 256
 snapshot_bytes = "1MiB"
 time_scale = 1000.0
 {}
+[http]
+listen = ""
 )",
                      dir.path(), extra_model);
 }

@@ -43,6 +43,8 @@ time_scale = 20
 [scheduler]
 quantum_steps = {}
 {}
+[http]
+listen = ""
 )",
                      run_dir, log_level, quantum, extra);
 }

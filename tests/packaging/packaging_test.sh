@@ -101,6 +101,8 @@ snapshot_bytes = "1MiB"
 time_scale = 1000
 [store]
 max_bytes = "64MiB"
+[http]
+listen = ""
 EOF
   "$1" --config "$tmp/test.toml" >"$tmp/daemon.log" 2>&1 &
   daemon_pid=$!

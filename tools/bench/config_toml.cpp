@@ -108,6 +108,7 @@ public:
     const auto& p = cfg.scheduler;
     const auto& c = cfg.clients;
     const auto& a = cfg.admin;
+    const auto& h = cfg.http;
     return toml::table{
       {"version", 1},
       {"daemon", toml::table{{"runtime_dir", d.runtime_dir},
@@ -140,7 +141,16 @@ public:
       {"admin", toml::table{{"socket_mode", mode(a.socket_mode)},
                             {"allow_users", principals(a.allow_users)},
                             {"allow_groups", principals(a.allow_groups)}}},
-      {"metrics", toml::table{{"listen", cfg.metrics.listen}}}};
+      {"metrics", toml::table{{"listen", cfg.metrics.listen}}},
+      {"http", toml::table{{"listen", h.listen},
+                           {"api_key", h.api_key},
+                           {"api_key_file", h.api_key_file},
+                           {"cors_origins", principals(h.cors_origins)},
+                           {"max_connections", h.max_connections},
+                           {"max_body_bytes", integer(h.max_body_bytes, "http.max_body_bytes")},
+                           {"max_header_bytes", h.max_header_bytes},
+                           {"idle_timeout_ms", h.idle_timeout.count()},
+                           {"header_timeout_ms", h.header_timeout.count()}}}};
   }
 
   const std::string& error() const noexcept { return error_; }

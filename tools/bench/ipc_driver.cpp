@@ -191,6 +191,7 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
     if (opts.log_level == lvl)
       cfg.daemon.log_levels["daemon"] = lvl;
   cfg.metrics.listen.clear(); // no TCP port: another daemon may hold it
+  cfg.http.listen.clear();    // the benchmark drives the ring path only
   cfg.clients.allow_users.clear();
   cfg.clients.allow_groups.clear();
   cfg.clients.max_requests = static_cast<std::uint32_t>(std::clamp<std::size_t>(

@@ -10,7 +10,11 @@
 //     kvlaned: from the daemon's sink receiving a token (right after the step
 //     and its sampling) to the app's callback, per token event;
 //  4. aggregate tokens/s through kvlaned with the sim at zero step time, and
-//     the same workload in process (no IPC) as the baseline.
+//     the same workload in process (no IPC) as the baseline;
+//  5. the HTTP API at zero step time: time to first token over HTTP/SSE against
+//     the ring path (sequential requests, client-side clocks), aggregate tokens/s
+//     of concurrent SSE streams (and whether each got every token), and the
+//     daemon's memory per idle HTTP connection.
 // It prints figures and ratios; it asserts nothing.
 //
 // Latency threads are pinned to CPUs 0 (writer) and 1 (reader); on a machine
@@ -27,6 +31,7 @@
 #include "daemon/config.hpp"
 #include "ipc/protocol.hpp"
 #include "ipc/spsc_ring.hpp"
+#include "http_load.hpp"
 
 #include <kvlane/client.hpp>
 
@@ -199,6 +204,9 @@ log_level = "warn"
 worker_threads = {}
 [daemon.log_levels]
 daemon = "info"   # its "ready:" line
+http = "info"     # its "serving ... on http://HOST:PORT" line
+[http]
+listen = ""
 [[model]]
 name = "bench"
 [model.sim]
@@ -242,6 +250,17 @@ public:
     if (proc_)
       (void)proc_->stop(10s, 10s);
   }
+  pid_t pid() const noexcept { return proc_->pid(); }
+
+  /// The HTTP API's port, from the daemon's "... on http://127.0.0.1:PORT" line.
+  std::uint16_t http_port() {
+    constexpr std::string_view marker = "on http://127.0.0.1:";
+    if (!proc_->wait_for_output(marker, 20s))
+      die(fmt::format("kvlaned logged no HTTP API URL; it printed:\n{}", proc_->output()));
+    const auto out = proc_->output();
+    return static_cast<std::uint16_t>(std::stoul(out.substr(out.find(marker) + marker.size())));
+  }
+
   std::unique_ptr<client::connection> connect() {
     client::connect_options o;
     o.socket_path = socket_;
@@ -261,6 +280,37 @@ private:
   std::optional<kvlane::child_process> proc_;
   std::string socket_;
 };
+
+/// Resident set size of `pid` in KiB (VmRSS), 0 if unknown.
+std::uint64_t rss_kib(pid_t pid) {
+  std::ifstream in{fmt::format("/proc/{}/status", pid)};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stoull(line.substr(6));
+  return 0;
+}
+
+/// Submit-to-first-token over the ring path, client clock, one request at a time.
+std::vector<double> ring_ttft_us(client::connection& c, std::size_t n) {
+  std::vector<double> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    client::request r;
+    r.model = "bench";
+    r.prompt = fmt::format("ttft request {} says", i);
+    r.sampling.max_tokens = 4;
+    r.sampling.stop_at_eos = false;
+    const auto t0 = now_ns();
+    auto s = c.submit(r);
+    if (!s)
+      continue;
+    auto first = (*s)->next(5000ms);
+    if (first && !first->tokens.empty())
+      out.push_back(static_cast<double>(now_ns() - t0) / 1000.0);
+    (void)(*s)->wait(5000ms);
+  }
+  return out;
+}
 
 /// Runs `streams` callback streams of `max_tokens` each, resubmitting as they
 /// end, for `seconds`; returns (tokens received, seconds, token latencies in us).
@@ -450,6 +500,61 @@ int main(int argc, char** argv) {
     std::printf("  through kvlaned and the rings: %10.0f tokens/s\n", ipc_tps);
     std::printf("  in process (engine, no IPC):   %10.0f tokens/s\n", inproc);
     std::printf("  IPC / in process: %.2f\n", inproc > 0 ? ipc_tps / inproc : 0.0);
+  }
+  {
+    auto cfg_text = bench_config(dir + "/http/run", streams, true);
+    const std::string off = "[http]\nlisten = \"\"\n";
+    if (auto at = cfg_text.find(off); at != std::string::npos)
+      cfg_text.replace(at, off.size(),
+                      "[daemon.log_levels]\nhttp = \"info\"\n" // logs the URL with the port
+                      "[http]\nlisten = \"127.0.0.1:0\"\nmax_connections = 4096\n");
+    daemon_proc d{daemon_exe, dir + "/http", cfg_text};
+    auto c = d.connect();
+    const auto port = d.http_port();
+    const std::size_t n = 300;
+    const auto ring = summarize(ring_ttft_us(*c, n));
+    std::vector<double> http_ttft;
+    if (const int fd = kvlane::ipcbench::http_connect(port); fd >= 0) {
+      for (std::size_t i = 0; i < n; ++i) {
+        auto r = kvlane::ipcbench::sse_completion(fd, "bench", fmt::format("ttft request {} says", i), 4);
+        if (r.ok && r.text_events > 0)
+          http_ttft.push_back(r.ttft_us);
+      }
+      ::close(fd);
+    }
+    const auto http = summarize(http_ttft);
+    std::printf("\nHTTP API, sim at zero step time\n");
+    std::printf("  time to first token, %zu sequential requests, client clock:\n", n);
+    std::printf("    ring path (libkvlane):       p50 %8.1f  p99 %8.1f\n", ring.p50, ring.p99);
+    std::printf("    HTTP/SSE (/v1/completions):  p50 %8.1f  p99 %8.1f\n", http.p50, http.p99);
+    std::printf("    HTTP - ring, p50: %.1f us\n", http.p50 - ring.p50);
+
+    constexpr int idle = 500; // under the default limit of 1024 open files per process
+    const auto before = rss_kib(d.pid());
+    std::vector<int> fds;
+    for (int i = 0; i < idle; ++i)
+      if (const int fd = kvlane::ipcbench::http_connect(port); fd >= 0)
+        fds.push_back(fd);
+    // One request on the last connection: every earlier connection has been accepted by then.
+    if (!fds.empty()) {
+      auto probe = kvlane::ipcbench::sse_completion(fds.back(), "bench", "probe", 1);
+      (void)probe;
+    }
+    const auto after = rss_kib(d.pid());
+    std::printf("  %zu idle connections: daemon RSS %llu -> %llu KiB, %.1f KiB per connection\n",
+                fds.size(), static_cast<unsigned long long>(before),
+                static_cast<unsigned long long>(after),
+                fds.empty() ? 0.0 : static_cast<double>(after - std::min(after, before)) / static_cast<double>(fds.size()));
+    for (int fd : fds)
+      ::close(fd);
+    const auto r = kvlane::ipcbench::run_http_streams(port, "bench", streams, 448, seconds);
+    std::printf("  %u concurrent SSE streams, 448 tokens per request: %.0f tokens/s; %llu requests, "
+                "%llu short of tokens, %llu failed\n",
+                streams, static_cast<double>(r.tokens) / r.seconds,
+                static_cast<unsigned long long>(r.requests),
+                static_cast<unsigned long long>(r.short_requests),
+                static_cast<unsigned long long>(r.failed));
+
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

@@ -67,6 +67,7 @@ void check_same(const config& a, const config& b) {
   CHECK(a.admin.allow_users == b.admin.allow_users);
   CHECK(a.admin.allow_groups == b.admin.allow_groups);
   CHECK(a.metrics.listen == b.metrics.listen);
+  CHECK(a.http == b.http);
   REQUIRE(a.models.size() == b.models.size());
   for (std::size_t i = 0; i < a.models.size(); ++i) {
     CAPTURE(i);
@@ -74,6 +75,7 @@ void check_same(const config& a, const config& b) {
     const auto& y = b.models[i];
     CHECK(x.name == y.name);
     CHECK(x.backend.kind == y.backend.kind);
+    CHECK(x.chat_format == y.chat_format);
     CHECK(x.store_floor_bytes == y.store_floor_bytes);
     CHECK(x.store_cap_bytes == y.store_cap_bytes);
     CHECK(x.backend.sim.slots == y.backend.sim.slots);
@@ -142,6 +144,7 @@ TEST_CASE("config: a minimal file yields every documented default") {
   const auto& m = sut.models[0];
   CHECK(m.name == "m");
   CHECK(m.backend.kind == "sim");
+  CHECK(m.chat_format == kvlane::backends::chat_format::chatml);
   CHECK(m.store_floor_bytes == 0);
   CHECK(m.store_cap_bytes == 0);
   CHECK(m.backend.sim.slots == 16);
@@ -185,6 +188,16 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.clients.max_backlog_records == 8192);
   CHECK(sut.clients.spin_us == 20);
   CHECK(sut.clients.hello_timeout == std::chrono::milliseconds(2000));
+
+  CHECK(sut.http.listen == "127.0.0.1:8471");
+  CHECK(sut.http.api_key == "");
+  CHECK(sut.http.api_key_file == "");
+  CHECK(sut.http.cors_origins.empty());
+  CHECK(sut.http.max_connections == 256);
+  CHECK(sut.http.max_body_bytes == 4'194'304);
+  CHECK(sut.http.max_header_bytes == 16'384);
+  CHECK(sut.http.idle_timeout == std::chrono::milliseconds(60000));
+  CHECK(sut.http.header_timeout == std::chrono::milliseconds(10000));
 }
 
 TEST_CASE("config: the shipped etc/kvlane.toml parses to exactly the defaults") {
@@ -701,4 +714,78 @@ TEST_CASE("config: to_string names scheduler modes as the config spells them") {
   CHECK(kvlane::backends::to_string(transfer_overlap::full) == "full");
   CHECK(kvlane::backends::to_string(transfer_overlap::none) == "none");
   CHECK(kvlane::backends::to_string(transfer_overlap::shared) == "shared");
+}
+
+TEST_CASE("config: every [http] key is read into its field") {
+  const auto sut = parse_ok(std::string{minimal} + R"(chat_format = "llama3"
+[http]
+listen = "[::1]:9000"
+api_key_file = "/etc/kvlane/api-key"
+cors_origins = ["http://localhost:3000", "https://app.example"]
+max_connections = 8
+max_body_bytes = "64KiB"
+max_header_bytes = 2048
+idle_timeout_ms = 500
+header_timeout_ms = 250
+)");
+  CHECK(sut.models[0].chat_format == kvlane::backends::chat_format::llama3);
+  CHECK(sut.http.listen == "[::1]:9000");
+  CHECK(sut.http.api_key_file == "/etc/kvlane/api-key");
+  CHECK(sut.http.cors_origins
+        == std::vector<std::string>{"http://localhost:3000", "https://app.example"});
+  CHECK(sut.http.max_connections == 8);
+  CHECK(sut.http.max_body_bytes == 65536);
+  CHECK(sut.http.max_header_bytes == 2048);
+  CHECK(sut.http.idle_timeout == std::chrono::milliseconds(500));
+  CHECK(sut.http.header_timeout == std::chrono::milliseconds(250));
+}
+
+TEST_CASE("config: a non-loopback http listen without an api key is an error naming the key") {
+  const auto e = parse_error(std::string{minimal} + "[http]\nlisten = \"0.0.0.0:8471\"\n");
+  check_error(e, "http.api_key", 5);
+  CHECK(contains(e.message, "not a loopback address"));
+
+  const auto with_key = parse_ok(std::string{minimal}
+                                 + "[http]\nlisten = \"0.0.0.0:8471\"\napi_key = \"k1\"\n");
+  CHECK(with_key.http.api_key == "k1");
+  CHECK(parse_ok(std::string{minimal} + "[http]\nlisten = \"127.0.0.2:8471\"\n").http.api_key
+        == "");
+}
+
+TEST_CASE("config: bad [http] values name their key") {
+  check_error(parse_error(std::string{minimal} + "[http]\nlisten = \"example.com:80\"\n"),
+              "http.listen", 5);
+  check_error(parse_error(std::string{minimal} + "[http]\nlisten = \"127.0.0.1:http\"\n"),
+              "http.listen", 5);
+  check_error(parse_error(std::string{minimal}
+                          + "[http]\napi_key = \"a\"\napi_key_file = \"/k\"\n"),
+              "http.api_key_file", 6);
+  check_error(parse_error(std::string{minimal} + "[http]\napi_key_file = \"key\"\n"),
+              "http.api_key_file", 5);
+  check_error(parse_error(std::string{minimal} + "[http]\napi_key = \"a b\"\n"), "http.api_key",
+              5);
+  check_error(parse_error(std::string{minimal} + "[http]\ncors_origins = [\"*\"]\n"),
+              "http.cors_origins[0]", 5);
+  check_error(parse_error(std::string{minimal} + "[http]\nmax_connections = 0\n"),
+              "http.max_connections", 5);
+  check_error(parse_error(std::string{minimal} + "[http]\nmax_body_bytes = 10\n"),
+              "http.max_body_bytes", 5);
+  check_error(parse_error(std::string{minimal} + "[http]\nheader_timeout_ms = 5\n"),
+              "http.header_timeout_ms", 5);
+  check_error(parse_error(std::string{minimal} + "chat_format = \"alpaca\"\n"),
+              "model[0].chat_format", 4);
+}
+
+TEST_CASE("config: parse_http_listen tells loopback from other addresses") {
+  CHECK(parse_http_listen("127.0.0.1:1")->loopback);
+  CHECK(parse_http_listen("localhost:8471")->host == "127.0.0.1");
+  CHECK(parse_http_listen("[::1]:8471")->loopback);
+  CHECK(parse_http_listen("[::1]:8471")->host == "::1");
+  CHECK_FALSE(parse_http_listen("0.0.0.0:8471")->loopback);
+  CHECK_FALSE(parse_http_listen("[::]:8471")->loopback);
+  CHECK_FALSE(parse_http_listen("192.168.1.2:80")->loopback);
+  CHECK_FALSE(parse_http_listen("::1:80").has_value());
+  CHECK_FALSE(parse_http_listen("host:80").has_value());
+  CHECK_FALSE(parse_http_listen("127.0.0.1:65536").has_value());
+  CHECK(parse_http_listen("127.0.0.1:0")->port == 0); // any free port
 }

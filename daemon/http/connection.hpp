@@ -1,0 +1,103 @@
+#pragma once
+
+// kvlane::daemon::http::connection — one HTTP/1.1 client connection.
+//
+// Reads requests one at a time (keep-alive; pipelined bytes wait in the
+// buffer) under the configured limits: an idle connection is closed after
+// idle_timeout; once a request starts, its headers must arrive within
+// header_timeout (slowloris) and fit max_header_bytes (431); a body over
+// max_body_bytes gets 413. It checks the API key and CORS, hands the request
+// to the router and writes the answer: one response, or a chunked stream
+// (SSE, NDJSON). While a generation runs it keeps a read pending, so a client
+// that disconnects — mid-prefill or mid-stream — has its sequence cancelled at
+// once. A client that stops reading cannot hold the connection: a write that
+// does not finish within idle_timeout closes it.
+//
+// Ownership and threading: owned by shared_ptrs held by its own pending
+// operations (and weakly by the server); everything runs on the HTTP thread.
+
+#include "daemon/config.hpp"
+#include "daemon/http/errors.hpp"
+#include "daemon/http/generation.hpp"
+#include "daemon/http/responder.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace kvlane::daemon::http {
+
+struct service;
+
+struct connection_settings {
+  const http_section* limits = nullptr;
+  std::string api_key; ///< empty = no key required
+};
+
+class connection final : public responder, public std::enable_shared_from_this<connection> {
+public:
+  connection(boost::asio::ip::tcp::socket socket, service& svc, const connection_settings& settings,
+             std::shared_ptr<std::atomic<std::uint32_t>> open_count);
+  ~connection() override;
+
+  void start();
+  /// Closes the socket now; a running generation is cancelled.
+  void close();
+
+  // responder
+  void respond(response r) override;
+  void stream_begin(std::string content_type) override;
+  void stream_write(std::string data) override;
+  void stream_end() override;
+
+private:
+  enum class phase { waiting, header, body, handling, draining, closed };
+
+  void wait_for_request();
+  void read_header();
+  void read_body();
+  void handle();
+  void watch_peer();
+  void on_peer_gone();
+  void exchange_done();
+  void after_exchange();
+  void linger_close();
+  void queue(std::string bytes);
+  void write_next();
+  void arm_read_deadline(std::chrono::milliseconds d);
+  void reject(unsigned status, std::string message);
+  std::string head(unsigned status, std::string_view content_type,
+                   std::optional<std::size_t> length, bool chunked) const;
+
+  boost::asio::ip::tcp::socket socket_;
+  service& svc_;
+  const connection_settings& settings_;
+  std::shared_ptr<std::atomic<std::uint32_t>> open_count_;
+  std::string peer_;
+  boost::asio::steady_timer read_deadline_;
+  boost::asio::steady_timer write_deadline_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  phase phase_ = phase::waiting;
+  bool reading_ = false;       ///< a read on the socket is pending
+  bool exchange_active_ = false;
+  bool streaming_ = false;
+  bool chunked_ = false;
+  bool keep_alive_ = true;
+  bool head_only_ = false;
+  bool http10_ = false;
+  std::vector<std::pair<std::string, std::string>> cors_;
+  std::shared_ptr<generation> generation_;
+  std::deque<std::string> out_;
+  bool writing_ = false;
+};
+
+} // namespace kvlane::daemon::http

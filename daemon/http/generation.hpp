@@ -1,0 +1,103 @@
+#pragma once
+
+// kvlane::daemon::http::generation — one engine sequence driven for an HTTP request.
+//
+// Problem it solves: the engine delivers token ids on CAF worker threads; an
+// HTTP response needs UTF-8 text, stop strings matched across token
+// boundaries, usage counts and timings, and a cancel when the client goes
+// away. A generation owns that path: its sink posts every batch of tokens to
+// the HTTP thread, where the text is decoded, passed through the stop matcher
+// and handed to a generation_writer (the API- and mode-specific framing).
+//
+// Ownership and threading: created and used on the HTTP thread only; the
+// connection holds it while the request runs and calls cancel() if the client
+// disconnects. The sink holds a weak reference, so a generation that is gone
+// simply drops late tokens. The writer is called on the HTTP thread.
+
+#include "actors/messages.hpp"
+#include "common/expected.hpp"
+#include "daemon/http/errors.hpp"
+#include "daemon/http/request_decoder.hpp"
+#include "daemon/http/stop_matcher.hpp"
+#include "ipc/protocol.hpp"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvlane::backends {
+class backend;
+} // namespace kvlane::backends
+
+namespace kvlane::daemon::http {
+
+struct service;
+
+struct generation_summary {
+  std::string finish_reason; ///< "stop" | "length" | "cancelled" | "error"
+  std::string error;         ///< finish_reason "error": what failed
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t completion_tokens = 0;
+  double ttft_ms = 0;  ///< submit to the first token
+  double total_ms = 0; ///< submit to the end
+  std::uint32_t preemptions = 0;
+};
+
+class generation_writer {
+public:
+  virtual ~generation_writer() = default;
+  /// Text in order (never empty), after stop-string hold-back.
+  virtual void on_text(std::string_view text) = 0;
+  virtual void on_finish(const generation_summary& s) = 0;
+};
+
+class generation : public std::enable_shared_from_this<generation> {
+public:
+  /// Resolves the model, renders the prompt (chat template or plain text),
+  /// submits to the engine and returns the running generation. Errors: unknown
+  /// model (404), a prompt or max_tokens over the context (400 naming the
+  /// limit), draining (503), anything the engine rejects (400).
+  static expected<std::shared_ptr<generation>, api_error>
+  start(service& svc, generation_request req, std::string client,
+        std::unique_ptr<generation_writer> writer);
+
+  ~generation();
+  generation(const generation&) = delete;
+  generation& operator=(const generation&) = delete;
+
+  /// The client went away: cancel the sequence; the writer sees nothing more.
+  void abandon();
+  bool finished() const noexcept { return finished_; }
+  actors::seq_id id() const noexcept { return seq_; }
+  std::uint32_t prompt_tokens() const noexcept { return prompt_tokens_; }
+  const std::string& model() const noexcept { return model_; }
+
+  // HTTP thread, from the sink's posts.
+  void on_tokens(const std::vector<backends::token_id>& tokens);
+  void on_end(const actors::stream_end& end);
+
+private:
+  generation(service& svc, std::string model, std::shared_ptr<backends::backend> backend,
+             std::vector<std::string> stops, std::unique_ptr<generation_writer> writer);
+  void emit(std::string text);
+  void stop_sequence();
+
+  service& svc_;
+  const std::string model_;
+  std::shared_ptr<backends::backend> backend_;
+  std::unique_ptr<generation_writer> writer_;
+  ipc::proto::utf8_stream utf8_;
+  stop_matcher stops_;
+  actors::seq_id seq_ = 0;
+  std::uint32_t prompt_tokens_ = 0;
+  std::uint32_t completion_tokens_ = 0;
+  bool stop_matched_ = false;
+  bool cancel_sent_ = false;
+  bool abandoned_ = false;
+  bool finished_ = false;
+  std::chrono::steady_clock::time_point submitted_ = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> first_token_;
+};
+
+} // namespace kvlane::daemon::http

@@ -1,0 +1,212 @@
+#include "daemon/http/ollama_api.hpp"
+
+#include "actors/engine.hpp"
+#include "daemon/http/request_decoder.hpp"
+#include "daemon/http/service.hpp"
+#include "daemon/http/stream_format.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+namespace kvlane::daemon::http::ollama {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::int64_t ns_of(double ms) {
+  return ms > 0 && std::isfinite(ms) ? static_cast<std::int64_t>(std::llround(ms * 1e6)) : 0;
+}
+
+/// Writes one Ollama response (generate or chat, NDJSON or one object).
+class writer final : public generation_writer {
+public:
+  writer(std::weak_ptr<responder> out, bool chat, bool stream, std::string model)
+    : out_(std::move(out)), chat_(chat), stream_(stream), model_(std::move(model)) {}
+
+  void begin() {
+    if (auto out = out_.lock())
+      out->stream_begin("application/x-ndjson");
+  }
+
+  void on_text(std::string_view text) override {
+    if (!stream_) {
+      text_.append(text);
+      return;
+    }
+    if (auto out = out_.lock())
+      out->stream_write(ndjson_line(piece(text, false)));
+  }
+
+  void on_finish(const generation_summary& s) override {
+    auto out = out_.lock();
+    if (!out)
+      return;
+    if (!s.error.empty()) {
+      if (stream_) {
+        out->stream_write(ndjson_line({{"error", s.error}}));
+        out->stream_end();
+      } else {
+        api_error e;
+        e.status = 500;
+        e.message = s.error;
+        out->respond(error_response(e, dialect::ollama));
+      }
+      return;
+    }
+    auto last = piece(stream_ ? std::string_view{} : std::string_view{text_}, true);
+    last["done_reason"] = s.finish_reason;
+    last["total_duration"] = ns_of(s.total_ms);
+    last["load_duration"] = 0;
+    last["prompt_eval_count"] = s.prompt_tokens;
+    last["prompt_eval_duration"] = ns_of(s.ttft_ms);
+    last["eval_count"] = s.completion_tokens;
+    last["eval_duration"] = ns_of(s.total_ms - s.ttft_ms);
+    last["kvlane"] = {{"ttft_ms", s.ttft_ms}, {"preemptions", s.preemptions}};
+    if (stream_) {
+      out->stream_write(ndjson_line(last));
+      out->stream_end();
+    } else {
+      auto r = json_response(to_json_text(last));
+      out->respond(std::move(r));
+    }
+  }
+
+private:
+  json piece(std::string_view text, bool done) const {
+    json j{{"model", model_}, {"created_at", rfc3339_now()}};
+    if (chat_)
+      j["message"] = {{"role", "assistant"}, {"content", std::string{text}}};
+    else
+      j["response"] = std::string{text};
+    j["done"] = done;
+    return j;
+  }
+
+  std::weak_ptr<responder> out_;
+  const bool chat_, stream_;
+  const std::string model_;
+  std::string text_;
+};
+
+std::shared_ptr<generation> run(service& svc, expected<generation_request, api_error> req,
+                                std::string client, const std::shared_ptr<responder>& out) {
+  if (!req) {
+    out->respond(error_response(req.error(), dialect::ollama));
+    return nullptr;
+  }
+  const bool chat = req->what == generation_request::kind::chat;
+  // An empty request is how Ollama clients load a model: answer at once, done_reason "load".
+  const bool load_only = chat ? req->messages.empty() : req->prompt_text.empty() && req->system.empty();
+  if (load_only) {
+    if (svc.find_model(req->model) == nullptr) {
+      auto e = invalid("model", fmt::format("model '{}' not found", req->model), "model_not_found");
+      e.status = 404;
+      out->respond(error_response(e, dialect::ollama));
+      return nullptr;
+    }
+    json j{{"model", req->model}, {"created_at", rfc3339_now()}};
+    if (chat)
+      j["message"] = {{"role", "assistant"}, {"content", ""}};
+    else
+      j["response"] = "";
+    j["done"] = true;
+    j["done_reason"] = "load";
+    out->respond(json_response(to_json_text(j)));
+    return nullptr;
+  }
+  const bool stream = req->stream;
+  auto w = std::make_unique<writer>(out, chat, stream, req->model);
+  auto* raw = w.get();
+  auto g = generation::start(svc, std::move(*req), std::move(client), std::move(w));
+  if (!g) {
+    out->respond(error_response(g.error(), dialect::ollama));
+    return nullptr;
+  }
+  if (stream)
+    raw->begin();
+  return std::move(*g);
+}
+
+json details() {
+  return {{"parent_model", ""},
+          {"format", ""},
+          {"family", ""},
+          {"families", nullptr},
+          {"parameter_size", ""},
+          {"quantization_level", ""}};
+}
+
+json model_entry_json(const service& svc, const actors::model_entry& m, bool running) {
+  json j{{"name", m.name},
+         {"model", m.name},
+         {"modified_at", rfc3339_now()},
+         {"size", 0},
+         {"digest", ""},
+         {"details", details()}};
+  if (running) {
+    j["expires_at"] = "9999-12-31T23:59:59Z"; // models stay loaded while the daemon runs
+    j["size_vram"] = 0;
+    j["context_length"] = m.info.max_context;
+  }
+  (void)svc;
+  return j;
+}
+
+} // namespace
+
+std::shared_ptr<generation> generate(service& svc, std::string_view body, std::string client,
+                                     const std::shared_ptr<responder>& out) {
+  return run(svc, decode_ollama_generate(body), std::move(client), out);
+}
+
+std::shared_ptr<generation> chat(service& svc, std::string_view body, std::string client,
+                                 const std::shared_ptr<responder>& out) {
+  return run(svc, decode_ollama_chat(body), std::move(client), out);
+}
+
+void version(responder& out) {
+  out.respond(json_response(to_json_text({{"version", KVLANE_VERSION}})));
+}
+
+void tags(service& svc, responder& out) {
+  json models = json::array();
+  for (const auto& m : svc.engine->models())
+    models.push_back(model_entry_json(svc, m, false));
+  out.respond(json_response(to_json_text({{"models", std::move(models)}})));
+}
+
+void ps(service& svc, responder& out) {
+  json models = json::array();
+  for (const auto& m : svc.engine->models())
+    models.push_back(model_entry_json(svc, m, true));
+  out.respond(json_response(to_json_text({{"models", std::move(models)}})));
+}
+
+void show(service& svc, std::string_view body, responder& out) {
+  auto name = decode_model_name(body);
+  if (!name) {
+    out.respond(error_response(name.error(), dialect::ollama));
+    return;
+  }
+  const auto* m = svc.find_model(*name);
+  const auto* mc = svc.find_model_config(*name);
+  if (m == nullptr || mc == nullptr) {
+    auto e = invalid("model", fmt::format("model '{}' not found", *name), "model_not_found");
+    e.status = 404;
+    out.respond(error_response(e, dialect::ollama));
+    return;
+  }
+  json j{{"modelfile", ""},
+         {"parameters", ""},
+         {"template", std::string{backends::to_string(mc->chat_format)}},
+         {"details", details()},
+         {"model_info", {{"general.context_length", m->info.max_context},
+                         {"general.vocab_size", m->info.vocab_size}}},
+         {"capabilities", json::array({"completion"})}};
+  out.respond(json_response(to_json_text(j)));
+}
+
+} // namespace kvlane::daemon::http::ollama

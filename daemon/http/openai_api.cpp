@@ -1,0 +1,203 @@
+#include "daemon/http/openai_api.hpp"
+
+#include "actors/engine.hpp"
+#include "daemon/http/request_decoder.hpp"
+#include "daemon/http/service.hpp"
+#include "daemon/http/stream_format.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace kvlane::daemon::http::openai {
+
+namespace {
+
+using json = nlohmann::json;
+
+json usage_of(const generation_summary& s) {
+  return {{"prompt_tokens", s.prompt_tokens},
+          {"completion_tokens", s.completion_tokens},
+          {"total_tokens", s.prompt_tokens + s.completion_tokens},
+          // Conversation reuse does not exist yet: no prompt token is served from a cache.
+          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+}
+
+json timings_of(const generation_summary& s) {
+  return {{"ttft_ms", s.ttft_ms}, {"total_ms", s.total_ms}, {"preemptions", s.preemptions}};
+}
+
+/// Writes one OpenAI response (chat or text completion, streamed or not).
+class writer final : public generation_writer {
+public:
+  writer(std::weak_ptr<responder> out, bool chat, bool stream, bool include_usage, std::string id,
+         std::string model)
+    : out_(std::move(out)),
+      chat_(chat),
+      stream_(stream),
+      include_usage_(include_usage),
+      id_(std::move(id)),
+      model_(std::move(model)),
+      created_(unix_now()) {}
+
+  /// The first streamed chunk (chat: the assistant role).
+  void begin() {
+    auto out = out_.lock();
+    if (!out)
+      return;
+    out->stream_begin("text/event-stream");
+    if (chat_)
+      out->stream_write(sse_event(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)));
+  }
+
+  void on_text(std::string_view text) override {
+    if (!stream_) {
+      text_.append(text);
+      return;
+    }
+    if (auto out = out_.lock())
+      out->stream_write(
+        sse_event(chat_ ? chunk({{"content", std::string{text}}}, nullptr) : chunk_text(text, nullptr)));
+  }
+
+  void on_finish(const generation_summary& s) override {
+    auto out = out_.lock();
+    if (!out)
+      return;
+    if (!stream_) {
+      if (!s.error.empty()) {
+        api_error e;
+        e.status = 500;
+        e.type = "server_error";
+        e.code = "generation_failed";
+        e.message = s.error;
+        out->respond(error_response(e, dialect::openai));
+        return;
+      }
+      json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", s.finish_reason}};
+      if (chat_)
+        choice["message"] = {{"role", "assistant"}, {"content", text_}};
+      else
+        choice["text"] = text_;
+      json body{{"id", id_},
+                {"object", chat_ ? "chat.completion" : "text_completion"},
+                {"created", created_},
+                {"model", model_},
+                {"choices", json::array({std::move(choice)})},
+                {"usage", usage_of(s)},
+                {"kvlane", timings_of(s)}};
+      out->respond(json_response(to_json_text(body)));
+      return;
+    }
+    if (!s.error.empty()) {
+      api_error e;
+      e.status = 500;
+      e.type = "server_error";
+      e.code = "generation_failed";
+      e.message = s.error;
+      out->stream_write("data: " + render(e, dialect::openai) + "\n\n");
+    } else {
+      auto last = chat_ ? chunk(json::object(), s.finish_reason) : chunk_text("", s.finish_reason);
+      last["kvlane"] = timings_of(s);
+      out->stream_write(sse_event(last));
+      if (include_usage_) {
+        auto u = base(chat_ ? "chat.completion.chunk" : "text_completion");
+        u["choices"] = json::array();
+        u["usage"] = usage_of(s);
+        out->stream_write(sse_event(u));
+      }
+    }
+    out->stream_write(sse_done());
+    out->stream_end();
+  }
+
+private:
+  json base(std::string_view object) const {
+    json j{{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
+    if (include_usage_)
+      j["usage"] = nullptr;
+    return j;
+  }
+
+  json chunk(json delta, json finish) const {
+    auto j = base("chat.completion.chunk");
+    j["choices"] = json::array(
+      {{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", std::move(finish)}}});
+    return j;
+  }
+
+  json chunk_text(std::string_view text, json finish) const {
+    auto j = base("text_completion");
+    j["choices"] = json::array({{{"index", 0},
+                                 {"text", std::string{text}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", std::move(finish)}}});
+    return j;
+  }
+
+  std::weak_ptr<responder> out_;
+  const bool chat_, stream_, include_usage_;
+  const std::string id_, model_;
+  const std::int64_t created_;
+  std::string text_;
+};
+
+std::shared_ptr<generation> run(service& svc, expected<generation_request, api_error> req,
+                                std::string client, const std::shared_ptr<responder>& out) {
+  if (!req) {
+    out->respond(error_response(req.error(), dialect::openai));
+    return nullptr;
+  }
+  const bool chat = req->what == generation_request::kind::chat;
+  const bool stream = req->stream;
+  auto id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", svc.next_request++);
+  auto w = std::make_unique<writer>(out, chat, stream, req->include_usage, std::move(id), req->model);
+  auto* raw = w.get();
+  auto g = generation::start(svc, std::move(*req), std::move(client), std::move(w));
+  if (!g) {
+    out->respond(error_response(g.error(), dialect::openai));
+    return nullptr;
+  }
+  if (stream)
+    raw->begin();
+  return std::move(*g);
+}
+
+json model_object(const service& svc, const actors::model_entry& m) {
+  return {{"id", m.name},
+          {"object", "model"},
+          {"created", std::chrono::duration_cast<std::chrono::seconds>(svc.started.time_since_epoch()).count()},
+          {"owned_by", "kvlane"},
+          {"max_context", m.info.max_context}};
+}
+
+} // namespace
+
+std::shared_ptr<generation> chat_completions(service& svc, std::string_view body, std::string client,
+                                             const std::shared_ptr<responder>& out) {
+  return run(svc, decode_chat_completion(body), std::move(client), out);
+}
+
+std::shared_ptr<generation> completions(service& svc, std::string_view body, std::string client,
+                                        const std::shared_ptr<responder>& out) {
+  return run(svc, decode_completion(body), std::move(client), out);
+}
+
+void list_models(service& svc, responder& out) {
+  json data = json::array();
+  for (const auto& m : svc.engine->models())
+    data.push_back(model_object(svc, m));
+  out.respond(json_response(to_json_text({{"object", "list"}, {"data", std::move(data)}})));
+}
+
+void retrieve_model(service& svc, std::string_view id, responder& out) {
+  const auto* m = svc.engine->find_model(id);
+  if (m == nullptr) {
+    auto e = invalid("model", fmt::format("the model '{}' does not exist", id), "model_not_found");
+    e.status = 404;
+    out.respond(error_response(e, dialect::openai));
+    return;
+  }
+  out.respond(json_response(to_json_text(model_object(svc, *m))));
+}
+
+} // namespace kvlane::daemon::http::openai

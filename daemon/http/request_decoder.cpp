@@ -1,0 +1,612 @@
+#include "daemon/http/request_decoder.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+
+namespace kvlane::daemon::http {
+
+namespace {
+
+using json = nlohmann::json;
+template <class T>
+using result = expected<T, api_error>;
+using status = expected<void, api_error>;
+
+#define KVLANE_HTTP_TRY(...)                                                                      \
+  do {                                                                                            \
+    if (auto status_ = (__VA_ARGS__); !status_)                                                   \
+      return ::kvlane::unexpected(std::move(status_.error()));                                    \
+  } while (false)
+
+/// Nesting depth of `body` outside strings, or past `limit` (stops early).
+std::size_t nesting_depth(std::string_view body, std::size_t limit) {
+  std::size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit)
+        return deepest;
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+result<json> parse_object(std::string_view body) {
+  if (nesting_depth(body, max_json_depth) > max_json_depth)
+    return unexpected(invalid("", fmt::format("malformed JSON: nested deeper than {} levels",
+                                              max_json_depth), "invalid_json"));
+  json doc;
+  try {
+    doc = json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> from "parse error"
+    if (auto at = what.find("] "); at != std::string::npos)
+      what.erase(0, at + 2);
+    return unexpected(invalid("", "malformed JSON: " + what, "invalid_json"));
+  }
+  if (!doc.is_object())
+    return unexpected(invalid("", "the request body must be a JSON object", "invalid_json"));
+  return doc;
+}
+
+std::string type_of(const json& v) {
+  return v.type_name();
+}
+
+api_error wrong_type(const std::string& param, std::string_view expected, const json& v) {
+  return invalid(param, fmt::format("'{}' must be {}, got {}", param, expected, type_of(v)));
+}
+
+status read_string(const json& v, const std::string& param, std::string& out,
+                   std::size_t max_bytes = std::numeric_limits<std::size_t>::max()) {
+  if (!v.is_string())
+    return unexpected(wrong_type(param, "a string", v));
+  const auto& s = v.get_ref<const std::string&>();
+  if (s.size() > max_bytes)
+    return unexpected(invalid(param, fmt::format("'{}' is longer than {} bytes", param, max_bytes)));
+  out = s;
+  return {};
+}
+
+status read_bool(const json& v, const std::string& param, bool& out) {
+  if (!v.is_boolean())
+    return unexpected(wrong_type(param, "a boolean", v));
+  out = v.get<bool>();
+  return {};
+}
+
+status read_real(const json& v, const std::string& param, float& out, double lo, double hi) {
+  if (!v.is_number())
+    return unexpected(wrong_type(param, "a number", v));
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    return unexpected(invalid(param, fmt::format("'{}' must be between {} and {}, got {}", param,
+                                                 lo, hi, x)));
+  out = static_cast<float>(x);
+  return {};
+}
+
+template <class T>
+status read_uint(const json& v, const std::string& param, T& out, std::uint64_t lo,
+                 std::uint64_t hi) {
+  if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0))
+    return unexpected(invalid(param, fmt::format("'{}' must be an integer between {} and {}, got {}",
+                                                 param, lo, hi, v.dump())));
+  const auto x = v.get<std::uint64_t>();
+  if (x < lo || x > hi)
+    return unexpected(invalid(param, fmt::format("'{}' must be an integer between {} and {}, got {}",
+                                                 param, lo, hi, x)));
+  out = static_cast<T>(x);
+  return {};
+}
+
+/// Seeds are any 64-bit integer (OpenAI allows negative ones); kept as their bits.
+status read_seed(const json& v, const std::string& param, std::optional<std::uint64_t>& out) {
+  if (v.is_number_unsigned())
+    out = v.get<std::uint64_t>();
+  else if (v.is_number_integer())
+    out = static_cast<std::uint64_t>(v.get<std::int64_t>());
+  else
+    return unexpected(wrong_type(param, "an integer", v));
+  return {};
+}
+
+status read_model(const json& v, std::string& out) {
+  KVLANE_HTTP_TRY(read_string(v, "model", out, 256));
+  if (out.empty())
+    return unexpected(invalid("model", "'model' must not be empty"));
+  return {};
+}
+
+status read_stop(const json& v, const std::string& param, std::vector<std::string>& out) {
+  out.clear();
+  auto one = [&](const json& e, const std::string& p) -> status {
+    std::string s;
+    KVLANE_HTTP_TRY(read_string(e, p, s, max_stop_bytes));
+    if (s.empty())
+      return unexpected(invalid(p, fmt::format("'{}' must not be empty", p)));
+    out.push_back(std::move(s));
+    return {};
+  };
+  if (v.is_string())
+    return one(v, param);
+  if (!v.is_array())
+    return unexpected(wrong_type(param, "a string or an array of strings", v));
+  if (v.size() > max_stop_strings)
+    return unexpected(invalid(param, fmt::format("'{}' holds {} strings, at most {} are allowed",
+                                                 param, v.size(), max_stop_strings)));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    KVLANE_HTTP_TRY(one(v[i], fmt::format("{}[{}]", param, i)));
+  return {};
+}
+
+status read_priority(const json& v, actors::priority_class& out) {
+  std::string s;
+  KVLANE_HTTP_TRY(read_string(v, "priority", s, 32));
+  if (s == "interactive")
+    out = actors::priority_class::interactive;
+  else if (s == "batch")
+    out = actors::priority_class::batch;
+  else
+    return unexpected(invalid("priority", fmt::format("'priority' must be \"interactive\" or "
+                                                      "\"batch\", got \"{}\"", s)));
+  return {};
+}
+
+status read_session(const json& v, std::string& out) {
+  KVLANE_HTTP_TRY(read_string(v, "session", out, 64));
+  for (unsigned char c : out)
+    if (c < 0x20 || c == 0x7f)
+      return unexpected(invalid("session", "'session' must not contain control characters"));
+  return {};
+}
+
+/// Content as a string or an array of {"type": "text", "text": ...} parts.
+status read_content(const json& v, const std::string& param, std::string& out) {
+  if (v.is_string()) {
+    out = v.get<std::string>();
+    return {};
+  }
+  if (!v.is_array())
+    return unexpected(wrong_type(param, "a string or an array of content parts", v));
+  out.clear();
+  for (std::size_t j = 0; j < v.size(); ++j) {
+    const auto& part = v[j];
+    const auto p = fmt::format("{}[{}]", param, j);
+    if (!part.is_object())
+      return unexpected(wrong_type(p, "an object", part));
+    std::string type, text;
+    bool has_text = false;
+    for (const auto& [k, x] : part.items()) {
+      if (k == "type") {
+        KVLANE_HTTP_TRY(read_string(x, p + ".type", type, 32));
+      } else if (k == "text") {
+        KVLANE_HTTP_TRY(read_string(x, p + ".text", text));
+        has_text = true;
+      } else {
+        return unexpected(unsupported(p + "." + k));
+      }
+    }
+    if (type != "text")
+      return unexpected(unsupported(p + ".type", fmt::format("only \"text\" parts are, got \"{}\"",
+                                                             type)));
+    if (!has_text)
+      return unexpected(invalid(p + ".text", "a text part needs 'text'"));
+    out += text;
+  }
+  return {};
+}
+
+status read_messages(const json& v, std::vector<backends::chat_message>& out, bool ollama) {
+  if (!v.is_array())
+    return unexpected(wrong_type("messages", "an array", v));
+  if (v.empty() && !ollama) // an empty Ollama chat loads the model
+    return unexpected(invalid("messages", "'messages' must hold at least one message"));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const auto& m = v[i];
+    const auto p = fmt::format("messages[{}]", i);
+    if (!m.is_object())
+      return unexpected(wrong_type(p, "an object", m));
+    backends::chat_message msg;
+    bool has_role = false, has_content = false;
+    for (const auto& [k, x] : m.items()) {
+      if (k == "role") {
+        KVLANE_HTTP_TRY(read_string(x, p + ".role", msg.role, 32));
+        has_role = true;
+      } else if (k == "content") {
+        if (ollama)
+          KVLANE_HTTP_TRY(read_string(x, p + ".content", msg.content));
+        else
+          KVLANE_HTTP_TRY(read_content(x, p + ".content", msg.content));
+        has_content = true;
+      } else if (k == "images" && ollama && x.is_array() && x.empty()) {
+        // Ollama clients send an empty image list with text-only messages.
+      } else {
+        return unexpected(unsupported(p + "." + k));
+      }
+    }
+    if (!has_role)
+      return unexpected(invalid(p + ".role", fmt::format("'{}.role' is required", p)));
+    if (!has_content)
+      return unexpected(invalid(p + ".content", fmt::format("'{}.content' is required", p)));
+    if (msg.role == "developer")
+      msg.role = "system";
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
+      return unexpected(invalid(p + ".role",
+                                fmt::format("'{}.role' must be system, user or assistant, got \"{}\"",
+                                            p, msg.role)));
+    out.push_back(std::move(msg));
+  }
+  return {};
+}
+
+/// OpenAI fields shared by chat and completions. Returns false (handled = no)
+/// for a key it does not know.
+result<bool> read_openai_common(const std::string& k, const json& x, generation_request& r,
+                                bool& stream_options_given) {
+  if (k == "model")
+    KVLANE_HTTP_TRY(read_model(x, r.model));
+  else if (k == "max_tokens" || k == "max_completion_tokens") {
+    std::uint32_t n = 0;
+    KVLANE_HTTP_TRY(read_uint(x, k, n, 1, std::numeric_limits<std::uint32_t>::max()));
+    r.max_tokens = n;
+  } else if (k == "temperature")
+    KVLANE_HTTP_TRY(read_real(x, k, r.temperature, 0.0, 2.0));
+  else if (k == "top_p") {
+    KVLANE_HTTP_TRY(read_real(x, k, r.top_p, 0.0, 1.0));
+    if (r.top_p == 0.0f)
+      return unexpected(invalid(k, "'top_p' must be greater than 0"));
+  } else if (k == "top_k")
+    KVLANE_HTTP_TRY(read_uint(x, k, r.top_k, 0, 1u << 30));
+  else if (k == "seed")
+    KVLANE_HTTP_TRY(read_seed(x, k, r.seed));
+  else if (k == "stop")
+    KVLANE_HTTP_TRY(read_stop(x, k, r.stop));
+  else if (k == "presence_penalty")
+    KVLANE_HTTP_TRY(read_real(x, k, r.presence_penalty, -2.0, 2.0));
+  else if (k == "frequency_penalty")
+    KVLANE_HTTP_TRY(read_real(x, k, r.frequency_penalty, -2.0, 2.0));
+  else if (k == "stream")
+    KVLANE_HTTP_TRY(read_bool(x, k, r.stream));
+  else if (k == "stream_options") {
+    if (!x.is_object())
+      return unexpected(wrong_type(k, "an object", x));
+    for (const auto& [sk, sv] : x.items()) {
+      if (sk != "include_usage")
+        return unexpected(unsupported("stream_options." + sk));
+      KVLANE_HTTP_TRY(read_bool(sv, "stream_options.include_usage", r.include_usage));
+    }
+    stream_options_given = true;
+  } else if (k == "n") {
+    std::uint32_t n = 0;
+    KVLANE_HTTP_TRY(read_uint(x, k, n, 1, 128));
+    if (n != 1)
+      return unexpected(unsupported("n", "one choice per request (n = 1)"));
+  } else if (k == "logprobs") {
+    bool on = false;
+    if (!x.is_boolean() && !x.is_number_integer())
+      return unexpected(wrong_type(k, "a boolean", x));
+    on = x.is_boolean() ? x.get<bool>() : x.get<std::int64_t>() != 0;
+    if (on)
+      return unexpected(unsupported("logprobs", "log probabilities are not reported yet"));
+  } else if (k == "top_logprobs") {
+    std::uint32_t n = 0;
+    KVLANE_HTTP_TRY(read_uint(x, k, n, 0, 20));
+    if (n != 0)
+      return unexpected(unsupported("top_logprobs", "log probabilities are not reported yet"));
+  } else if (k == "user") {
+    std::string ignored;
+    KVLANE_HTTP_TRY(read_string(x, k, ignored, 256)); // an end-user id for abuse tracking: no use here
+  } else if (k == "priority")
+    KVLANE_HTTP_TRY(read_priority(x, r.priority));
+  else if (k == "session")
+    KVLANE_HTTP_TRY(read_session(x, r.session));
+  else
+    return false;
+  return true;
+}
+
+status finish_openai(generation_request& r, bool stream_options_given) {
+  if (r.model.empty())
+    return unexpected(invalid("model", "'model' is required"));
+  if (stream_options_given && !r.stream)
+    return unexpected(invalid("stream_options", "'stream_options' is only allowed with stream: true"));
+  return {};
+}
+
+/// Ollama's "options": the sampling fields kvlane implements.
+status read_ollama_options(const json& v, generation_request& r) {
+  if (!v.is_object())
+    return unexpected(wrong_type("options", "an object", v));
+  for (const auto& [k, x] : v.items()) {
+    const auto p = "options." + k;
+    if (x.is_null())
+      continue;
+    if (k == "temperature")
+      KVLANE_HTTP_TRY(read_real(x, p, r.temperature, 0.0, 100.0));
+    else if (k == "top_p") {
+      KVLANE_HTTP_TRY(read_real(x, p, r.top_p, 0.0, 1.0));
+      if (r.top_p == 0.0f)
+        r.top_p = 1.0f; // Ollama treats 0 as "off"
+    } else if (k == "top_k")
+      KVLANE_HTTP_TRY(read_uint(x, p, r.top_k, 0, 1u << 30));
+    else if (k == "seed")
+      KVLANE_HTTP_TRY(read_seed(x, p, r.seed));
+    else if (k == "num_predict") {
+      if (!x.is_number_integer())
+        return unexpected(wrong_type(p, "an integer", x));
+      const auto n = x.get<std::int64_t>();
+      if (n == -1 || n == -2)
+        r.max_tokens.reset(); // until the context is full
+      else if (n >= 1 && n <= std::numeric_limits<std::uint32_t>::max())
+        r.max_tokens = static_cast<std::uint32_t>(n);
+      else
+        return unexpected(invalid(p, fmt::format("'{}' must be -1 or a positive integer, got {}", p, n)));
+    } else if (k == "stop")
+      KVLANE_HTTP_TRY(read_stop(x, p, r.stop));
+    else if (k == "presence_penalty")
+      KVLANE_HTTP_TRY(read_real(x, p, r.presence_penalty, -2.0, 2.0));
+    else if (k == "frequency_penalty")
+      KVLANE_HTTP_TRY(read_real(x, p, r.frequency_penalty, -2.0, 2.0));
+    else if (k == "num_ctx") {
+      std::uint32_t n = 0; // the model's context is fixed by its backend; any request fits it or fails
+      KVLANE_HTTP_TRY(read_uint(x, p, n, 1, std::numeric_limits<std::uint32_t>::max()));
+    } else
+      return unexpected(unsupported(p));
+  }
+  return {};
+}
+
+/// Ollama fields shared by generate and chat; false for an unknown key.
+result<bool> read_ollama_common(const std::string& k, const json& x, generation_request& r) {
+  if (k == "model")
+    KVLANE_HTTP_TRY(read_model(x, r.model));
+  else if (k == "stream")
+    KVLANE_HTTP_TRY(read_bool(x, k, r.stream));
+  else if (k == "options")
+    KVLANE_HTTP_TRY(read_ollama_options(x, r));
+  else if (k == "keep_alive") {
+    if (!x.is_string() && !x.is_number())
+      return unexpected(wrong_type(k, "a duration string or a number", x));
+    // Models stay loaded for the daemon's lifetime: every keep_alive is satisfied.
+  } else if (k == "priority")
+    KVLANE_HTTP_TRY(read_priority(x, r.priority));
+  else if (k == "session")
+    KVLANE_HTTP_TRY(read_session(x, r.session));
+  else
+    return false;
+  return true;
+}
+
+generation_request ollama_defaults() {
+  generation_request r;
+  r.stream = true;
+  r.temperature = 0.8f;
+  r.top_k = 40;
+  r.top_p = 0.9f;
+  return r;
+}
+
+} // namespace
+
+expected<generation_request, api_error> decode_chat_completion(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc)
+    return unexpected(std::move(doc).error());
+  generation_request r;
+  r.what = generation_request::kind::chat;
+  bool has_messages = false, stream_options = false;
+  for (const auto& [k, x] : doc->items()) {
+    if (k == "messages") {
+      KVLANE_HTTP_TRY(read_messages(x, r.messages, false));
+      has_messages = true;
+      continue;
+    }
+    auto known = read_openai_common(k, x, r, stream_options);
+    if (!known)
+      return unexpected(std::move(known).error());
+    if (!*known)
+      return unexpected(unsupported(k));
+  }
+  KVLANE_HTTP_TRY(finish_openai(r, stream_options));
+  if (!has_messages)
+    return unexpected(invalid("messages", "'messages' is required"));
+  return r;
+}
+
+expected<generation_request, api_error> decode_completion(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc)
+    return unexpected(std::move(doc).error());
+  generation_request r;
+  r.what = generation_request::kind::completion;
+  bool has_prompt = false, stream_options = false;
+  for (const auto& [k, x] : doc->items()) {
+    if (k == "prompt") {
+      has_prompt = true;
+      if (x.is_string()) {
+        r.prompt_text = x.get<std::string>();
+      } else if (x.is_array() && x.size() == 1 && x[0].is_string()) {
+        r.prompt_text = x[0].get<std::string>();
+      } else if (x.is_array() && !x.empty() && x[0].is_number()) {
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          backends::token_id t = 0;
+          KVLANE_HTTP_TRY(read_uint(x[i], fmt::format("prompt[{}]", i), t, 0,
+                                    std::numeric_limits<backends::token_id>::max()));
+          r.prompt_tokens.push_back(t);
+        }
+      } else if (x.is_array() && !x.empty() && (x[0].is_array() || x[0].is_string())) {
+        return unexpected(unsupported("prompt", "one prompt per request (a batch of prompts is not)"));
+      } else {
+        return unexpected(wrong_type("prompt", "a string or an array of token ids", x));
+      }
+      continue;
+    }
+    if (k == "echo" || k == "best_of" || k == "suffix") {
+      const bool neutral = (k == "echo" && x.is_boolean() && !x.get<bool>())
+                           || (k == "best_of" && x.is_number_integer() && x.get<std::int64_t>() == 1)
+                           || (k == "suffix" && (x.is_null() || (x.is_string() && x.get<std::string>().empty())));
+      if (!neutral)
+        return unexpected(unsupported(k));
+      continue;
+    }
+    auto known = read_openai_common(k, x, r, stream_options);
+    if (!known)
+      return unexpected(std::move(known).error());
+    if (!*known)
+      return unexpected(unsupported(k));
+  }
+  KVLANE_HTTP_TRY(finish_openai(r, stream_options));
+  if (!has_prompt)
+    return unexpected(invalid("prompt", "'prompt' is required"));
+  if (r.prompt_text.empty() && r.prompt_tokens.empty())
+    return unexpected(invalid("prompt", "'prompt' must not be empty"));
+  if (!r.max_tokens)
+    r.max_tokens = 16; // OpenAI's default for completions
+  return r;
+}
+
+expected<generation_request, api_error> decode_ollama_generate(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc)
+    return unexpected(std::move(doc).error());
+  auto r = ollama_defaults();
+  r.what = generation_request::kind::completion;
+  r.raw_prompt = false;
+  for (const auto& [k, x] : doc->items()) {
+    if (x.is_null())
+      continue;
+    if (k == "prompt") {
+      KVLANE_HTTP_TRY(read_string(x, k, r.prompt_text));
+    } else if (k == "system") {
+      KVLANE_HTTP_TRY(read_string(x, k, r.system));
+    } else if (k == "raw") {
+      KVLANE_HTTP_TRY(read_bool(x, k, r.raw_prompt));
+    } else if (k == "images" && x.is_array() && x.empty()) {
+    } else {
+      auto known = read_ollama_common(k, x, r);
+      if (!known)
+        return unexpected(std::move(known).error());
+      if (!*known)
+        return unexpected(unsupported(k));
+    }
+  }
+  if (r.model.empty())
+    return unexpected(invalid("model", "'model' is required"));
+  if (r.raw_prompt && !r.system.empty())
+    return unexpected(invalid("system", "'system' has no effect with raw: true"));
+  return r;
+}
+
+expected<generation_request, api_error> decode_ollama_chat(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc)
+    return unexpected(std::move(doc).error());
+  auto r = ollama_defaults();
+  r.what = generation_request::kind::chat;
+  for (const auto& [k, x] : doc->items()) {
+    if (x.is_null())
+      continue;
+    if (k == "messages") {
+      KVLANE_HTTP_TRY(read_messages(x, r.messages, true));
+      continue;
+    }
+    auto known = read_ollama_common(k, x, r);
+    if (!known)
+      return unexpected(std::move(known).error());
+    if (!*known)
+      return unexpected(unsupported(k));
+  }
+  if (r.model.empty())
+    return unexpected(invalid("model", "'model' is required"));
+  return r;
+}
+
+expected<tokenize_request, api_error> decode_tokenize(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc)
+    return unexpected(std::move(doc).error());
+  tokenize_request r;
+  bool has_content = false;
+  for (const auto& [k, x] : doc->items()) {
+    if (k == "content") {
+      KVLANE_HTTP_TRY(read_string(x, k, r.content));
+      has_content = true;
+    } else if (k == "add_special") {
+      KVLANE_HTTP_TRY(read_bool(x, k, r.add_special));
+    } else if (k == "model") {
+      KVLANE_HTTP_TRY(read_model(x, r.model));
+    } else {
+      return unexpected(unsupported(k));
+    }
+  }
+  if (!has_content)
+    return unexpected(invalid("content", "'content' is required"));
+  return r;
+}
+
+expected<detokenize_request, api_error> decode_detokenize(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc)
+    return unexpected(std::move(doc).error());
+  detokenize_request r;
+  bool has_tokens = false;
+  for (const auto& [k, x] : doc->items()) {
+    if (k == "tokens") {
+      if (!x.is_array())
+        return unexpected(wrong_type("tokens", "an array of token ids", x));
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        backends::token_id t = 0;
+        KVLANE_HTTP_TRY(read_uint(x[i], fmt::format("tokens[{}]", i), t, 0,
+                                  std::numeric_limits<backends::token_id>::max()));
+        r.tokens.push_back(t);
+      }
+      has_tokens = true;
+    } else if (k == "model") {
+      KVLANE_HTTP_TRY(read_model(x, r.model));
+    } else {
+      return unexpected(unsupported(k));
+    }
+  }
+  if (!has_tokens)
+    return unexpected(invalid("tokens", "'tokens' is required"));
+  return r;
+}
+
+expected<std::string, api_error> decode_model_name(std::string_view body) {
+  auto doc = parse_object(body);
+  if (!doc)
+    return unexpected(std::move(doc).error());
+  std::string model;
+  for (const auto& [k, x] : doc->items()) {
+    if (k == "model" || k == "name")
+      KVLANE_HTTP_TRY(read_model(x, model));
+    else if (k != "verbose")
+      return unexpected(unsupported(k));
+  }
+  if (model.empty())
+    return unexpected(invalid("model", "'model' is required"));
+  return model;
+}
+
+} // namespace kvlane::daemon::http
+
+#undef KVLANE_HTTP_TRY

@@ -1,0 +1,41 @@
+#pragma once
+
+// kvlane::daemon::http::service — what the API handlers share.
+//
+// Built once by the server; handlers run on the HTTP thread and read it. The
+// engine's methods are thread-safe; `ready` reports whether the daemon admits
+// requests (false while starting or draining).
+
+#include "daemon/config.hpp"
+#include "daemon/http/post_gate.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvlane::actors {
+class engine;
+struct model_entry;
+} // namespace kvlane::actors
+
+namespace kvlane::daemon::http {
+
+struct service {
+  actors::engine* engine = nullptr;
+  std::vector<model_section> models; ///< the configured models (chat_format, ...)
+  std::function<bool()> ready;
+  std::shared_ptr<post_gate> gate;       ///< posts to the HTTP thread
+  std::uint64_t next_request = 1;        ///< HTTP thread only
+  std::chrono::system_clock::time_point started = std::chrono::system_clock::now();
+
+  /// The engine's model named `name` (an Ollama ":latest" tag is ignored), or nullptr.
+  const actors::model_entry* find_model(std::string_view name) const;
+  /// Its configuration (same lookup).
+  const model_section* find_model_config(std::string_view name) const;
+};
+
+} // namespace kvlane::daemon::http

@@ -1,0 +1,143 @@
+// kvlaned's HTTP API through the real npm clients: openai@6 and ollama.
+// Usage: node conformance.mjs   (env: KVLANE_URL, KVLANE_API_KEY, KVLANE_CLI, KVLANE_ADMIN_SOCKET)
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import OpenAI from "openai";
+import { Ollama } from "ollama";
+
+const url = process.env.KVLANE_URL;
+const key = process.env.KVLANE_API_KEY;
+const model = "tiny";
+const openai = new OpenAI({ baseURL: `${url}/v1`, apiKey: key, maxRetries: 0 });
+const ollama = new Ollama({ host: url, headers: { Authorization: `Bearer ${key}` } });
+
+function ps() {
+  const out = execFileSync(process.env.KVLANE_CLI,
+    ["ps", "--json", "--socket", process.env.KVLANE_ADMIN_SOCKET], { encoding: "utf8" });
+  return JSON.parse(out).sequences;
+}
+
+const checks = [];
+function check(name, fn) {
+  checks.push([name, fn]);
+}
+
+check("models.list names the configured models", async () => {
+  const ids = [];
+  for await (const m of openai.models.list()) ids.push(m.id);
+  assert.deepEqual(ids, ["tiny", "slow"]);
+});
+
+check("chat completion, non-streaming", async () => {
+  const r = await openai.chat.completions.create({
+    model, messages: [{ role: "user", content: "hello" }], max_tokens: 8, temperature: 0,
+  });
+  assert.equal(r.object, "chat.completion");
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.equal(r.usage.completion_tokens, 8);
+});
+
+check("chat completion, streaming with usage, equals the non-streamed text", async () => {
+  const body = { model, messages: [{ role: "user", content: "stream me" }], max_tokens: 10, temperature: 0 };
+  const whole = await openai.chat.completions.create(body);
+  const stream = await openai.chat.completions.create({
+    ...body, stream: true, stream_options: { include_usage: true },
+  });
+  let text = "", finish = null, usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.delta?.content ?? "";
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(finish, "length");
+  assert.equal(usage.completion_tokens, 10);
+});
+
+check("text completion, streaming and not", async () => {
+  const r = await openai.completions.create({ model, prompt: "Once upon", max_tokens: 5, temperature: 0 });
+  assert.equal(r.choices[0].finish_reason, "length");
+  const s = await openai.completions.create({ model, prompt: "Once upon", max_tokens: 5, temperature: 0, stream: true });
+  let text = "";
+  for await (const chunk of s) text += chunk.choices[0]?.text ?? "";
+  assert.equal(text, r.choices[0].text);
+});
+
+check("a stop string ends the text before it", async () => {
+  const body = { model, messages: [{ role: "user", content: "stop here" }], max_tokens: 40, temperature: 0 };
+  const full = (await openai.chat.completions.create(body)).choices[0].message.content;
+  let at = -1;
+  for (let i = 1; i < full.length && at < 0; i++) {
+    const c = full.charCodeAt(i);
+    if (c > 0x20 && c < 0x7f && full.indexOf(full[i]) === i) at = i;
+  }
+  assert.ok(at > 0, `no usable stop character in ${JSON.stringify(full)}`);
+  const r = await openai.chat.completions.create({ ...body, stop: [full[at]] });
+  assert.equal(r.choices[0].finish_reason, "stop");
+  assert.equal(r.choices[0].message.content, full.slice(0, at));
+  const s = await openai.chat.completions.create({ ...body, stop: full[at], stream: true });
+  let text = "";
+  for await (const chunk of s) text += chunk.choices[0]?.delta?.content ?? "";
+  assert.equal(text, full.slice(0, at));
+});
+
+check("an AbortController abort cancels the sequence", async () => {
+  const controller = new AbortController();
+  const stream = await openai.chat.completions.create({
+    model: "slow", messages: [{ role: "user", content: "p".repeat(3950) }], max_tokens: 8, stream: true,
+  }, { signal: controller.signal });
+  assert.equal(ps().length, 1);
+  controller.abort();
+  // The SDK ends an aborted stream's iteration quietly (or with APIUserAbortError).
+  try {
+    for await (const _ of stream) { /* drain */ }
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIUserAbortError, `unexpected error: ${e}`);
+  }
+  for (let i = 0; i < 100 && ps().length !== 0; i++) await new Promise((r) => setTimeout(r, 50));
+  assert.deepEqual(ps(), []);
+});
+
+check("SDK error classes for 400, 401 and 404", async () => {
+  await assert.rejects(
+    openai.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], n: 2 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === "n");
+  await assert.rejects(
+    openai.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "x" }] }),
+    (e) => e instanceof OpenAI.NotFoundError && e.code === "model_not_found");
+  const wrong = new OpenAI({ baseURL: `${url}/v1`, apiKey: "wrong", maxRetries: 0 });
+  await assert.rejects(wrong.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+});
+
+check("ollama: list, generate streaming, chat non-streaming", async () => {
+  const tags = await ollama.list();
+  assert.deepEqual(tags.models.map((m) => m.name), ["tiny", "slow"]);
+  let text = "", last = null;
+  for await (const part of await ollama.generate({ model, prompt: "hi", stream: true, options: { num_predict: 6 } })) {
+    text += part.response;
+    last = part;
+  }
+  assert.equal(last.done, true);
+  assert.equal(last.eval_count, 6);
+  const chat = await ollama.chat({ model, messages: [{ role: "user", content: "x" }], options: { num_predict: 3 } });
+  assert.equal(chat.done, true);
+  assert.equal(chat.message.role, "assistant");
+  assert.equal(chat.eval_count, 3);
+  await assert.rejects(ollama.chat({ model: "nope", messages: [{ role: "user", content: "x" }] }),
+    (e) => e.status_code === 404);
+});
+
+let failed = 0;
+for (const [name, fn] of checks) {
+  try {
+    await fn();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e.stack ?? e}`);
+  }
+}
+process.exit(failed === 0 ? 0 : 1);

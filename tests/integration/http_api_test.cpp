@@ -1,0 +1,485 @@
+// The HTTP API of a real kvlaned: OpenAI and Ollama endpoints, SSE and NDJSON
+// framing, stop strings, errors, API keys and cancel on disconnect. The
+// daemon listens on a free port (listen = "127.0.0.1:0") and logs its URL.
+#include "tests/support/child_process.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <regex>
+
+using namespace std::chrono_literals;
+using kvlane::test::child_process;
+using kvlane::test::temp_dir;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::string_view api_key = "test-key-7f3a";
+
+std::string http_config(const std::string& run_dir) {
+  return fmt::format(R"(version = 1
+[daemon]
+runtime_dir = "{}"
+worker_threads = 2
+[[model]]
+name = "tiny"
+[model.sim]
+slots = 4
+max_context = 512
+snapshot_bytes = "512KiB"
+time_scale = 1000
+[[model]]
+name = "slow"
+[model.sim]
+slots = 2
+max_context = 4096
+max_prefill_chunk = 128
+snapshot_bytes = "4MiB"
+time_scale = 1
+[http]
+listen = "127.0.0.1:0"
+api_key = "{}"
+cors_origins = ["http://localhost:3000"]
+header_timeout_ms = 300
+)",
+                     run_dir, api_key);
+}
+
+/// A plain blocking socket to the daemon.
+class socket_fd {
+public:
+  explicit socket_fd(std::uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    REQUIRE(fd_ >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  ~socket_fd() { close(); }
+  void close() {
+    if (fd_ >= 0)
+      ::close(fd_);
+    fd_ = -1;
+  }
+  void send(std::string_view data) {
+    while (!data.empty()) {
+      const auto n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      REQUIRE(n > 0);
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+  }
+  /// Reads until the peer closes (or 20 s pass).
+  std::string read_all() {
+    std::string out;
+    while (read_some(out, 20'000)) {
+    }
+    return out;
+  }
+  /// Appends what arrives within `timeout_ms`; false on close or timeout.
+  bool read_some(std::string& out, int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) != 1)
+      return false;
+    char buf[16384];
+    const auto n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0)
+      return false;
+    out.append(buf, static_cast<std::size_t>(n));
+    return true;
+  }
+
+private:
+  int fd_ = -1;
+};
+
+struct reply {
+  int status = 0;
+  std::string head;
+  std::string body; ///< de-chunked
+};
+
+std::string dechunk(std::string_view raw) {
+  std::string out;
+  for (;;) {
+    const auto eol = raw.find("\r\n");
+    REQUIRE(eol != std::string_view::npos);
+    const auto size = std::stoul(std::string{raw.substr(0, eol)}, nullptr, 16);
+    raw.remove_prefix(eol + 2);
+    if (size == 0)
+      return out;
+    REQUIRE(raw.size() >= size + 2);
+    out.append(raw.substr(0, size));
+    CHECK(raw.substr(size, 2) == "\r\n");
+    raw.remove_prefix(size + 2);
+  }
+}
+
+reply parse_reply(const std::string& raw) {
+  reply r;
+  const auto end = raw.find("\r\n\r\n");
+  REQUIRE(end != std::string::npos);
+  r.head = raw.substr(0, end + 2);
+  r.status = std::stoi(raw.substr(9, 3));
+  const auto body = std::string_view{raw}.substr(end + 4);
+  r.body = r.head.find("Transfer-Encoding: chunked") != std::string::npos ? dechunk(body)
+                                                                           : std::string{body};
+  return r;
+}
+
+struct http_fixture {
+  temp_dir dir;
+  std::string run_dir = dir.path() + "/run";
+  std::unique_ptr<child_process> proc;
+  std::uint16_t port = 0;
+
+  http_fixture() {
+    const auto config = dir.write("kvlane.toml", http_config(run_dir));
+    proc = std::make_unique<child_process>(KVLANED_PATH, std::vector<std::string>{"--config", config});
+    REQUIRE(proc->wait_for_output("ready:", 20s));
+    std::smatch m;
+    const std::regex url{R"(on http://127\.0\.0\.1:(\d+))"};
+    REQUIRE(std::regex_search(proc->output(), m, url));
+    port = static_cast<std::uint16_t>(std::stoi(m[1]));
+  }
+
+  reply request(std::string_view method, std::string_view path, std::string_view body = {},
+                std::string_view extra_headers = {}, bool with_key = true) {
+    socket_fd s{port};
+    s.send(fmt::format("{} {} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{}{}"
+                       "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+                       method, path,
+                       with_key ? fmt::format("Authorization: Bearer {}\r\n", api_key) : "",
+                       extra_headers, body.size(), body));
+    return parse_reply(s.read_all());
+  }
+
+  json post_json(std::string_view path, const json& body, int expect = 200) {
+    auto r = request("POST", path, body.dump());
+    CAPTURE(r.body);
+    REQUIRE(r.status == expect);
+    return json::parse(r.body);
+  }
+
+  /// Runs `kvlane <args> --socket <admin socket>`; returns its output.
+  std::string cli(std::vector<std::string> args) {
+    args.push_back("--socket");
+    args.push_back(run_dir + "/kvlane-admin.sock");
+    child_process p{KVLANE_CLI_PATH, args};
+    REQUIRE(p.wait_exit(30s) == 0);
+    return p.output();
+  }
+
+  /// `kvlane ps --json`: the live sequences.
+  json ps() { return json::parse(cli({"ps", "--json"})); }
+};
+
+/// The `data:` payloads of an SSE body; checks the framing on the way.
+std::vector<std::string> sse_payloads(const std::string& body) {
+  std::vector<std::string> out;
+  std::string_view rest = body;
+  while (!rest.empty()) {
+    const auto end = rest.find("\n\n");
+    REQUIRE(end != std::string_view::npos);
+    const auto event = rest.substr(0, end);
+    REQUIRE(event.starts_with("data: "));
+    CHECK(event.find('\n') == std::string_view::npos);
+    out.emplace_back(event.substr(6));
+    rest.remove_prefix(end + 2);
+  }
+  return out;
+}
+
+json chat_body(std::string content, int max_tokens) {
+  return {{"model", "tiny"},
+          {"messages", {{{"role", "user"}, {"content", std::move(content)}}}},
+          {"max_tokens", max_tokens},
+          {"temperature", 0}};
+}
+
+} // namespace
+
+TEST_CASE("http api: health, models, and the Ollama listing endpoints answer") {
+  http_fixture d;
+  auto health = d.request("GET", "/health", {}, {}, false);
+  CHECK(health.status == 200);
+  CHECK(json::parse(health.body)["status"] == "ok");
+  auto root = d.request("GET", "/", {}, {}, false);
+  CHECK(root.status == 200);
+  CHECK(root.body == "kvlane is running");
+
+  auto models = d.request("GET", "/v1/models");
+  REQUIRE(models.status == 200);
+  auto list = json::parse(models.body);
+  CHECK(list["object"] == "list");
+  REQUIRE(list["data"].size() == 2);
+  CHECK(list["data"][0]["id"] == "tiny");
+  CHECK(list["data"][1]["id"] == "slow");
+
+  CHECK(json::parse(d.request("GET", "/api/version").body)["version"] == KVLANE_VERSION);
+  auto tags = json::parse(d.request("GET", "/api/tags").body);
+  CHECK(tags["models"][0]["name"] == "tiny");
+  auto ps = json::parse(d.request("GET", "/api/ps").body);
+  CHECK(ps["models"].size() == 2);
+}
+
+TEST_CASE("http api: the API key is required, compared exactly, and /health stays open") {
+  http_fixture d;
+  auto none = d.request("GET", "/v1/models", {}, {}, false);
+  CHECK(none.status == 401);
+  auto e = json::parse(none.body)["error"];
+  CHECK(e["code"] == "invalid_api_key");
+  CHECK(e.contains("message"));
+  CHECK(e.contains("type"));
+  CHECK(e.contains("param"));
+  auto wrong = d.request("GET", "/v1/models", {}, "Authorization: Bearer test-key-7f3b\r\n", false);
+  CHECK(wrong.status == 401);
+  auto ollama = d.request("GET", "/api/tags", {}, {}, false);
+  CHECK(ollama.status == 401);
+  CHECK(json::parse(ollama.body)["error"].is_string()); // Ollama's shape on /api/*
+}
+
+TEST_CASE("http api: a chat completion, streamed or not, gives the same text and usage") {
+  http_fixture d;
+  auto whole = d.post_json("/v1/chat/completions", chat_body("hello", 12));
+  CHECK(whole["object"] == "chat.completion");
+  CHECK(whole["model"] == "tiny");
+  CHECK(whole["id"].get<std::string>().starts_with("chatcmpl-"));
+  const auto& choice = whole["choices"][0];
+  CHECK(choice["finish_reason"] == "length");
+  CHECK(choice["message"]["role"] == "assistant");
+  const auto text = choice["message"]["content"].get<std::string>();
+  CHECK(whole["usage"]["completion_tokens"] == 12);
+  CHECK(whole["usage"]["prompt_tokens"].get<int>() > 0);
+  CHECK(whole["usage"]["total_tokens"] == whole["usage"]["prompt_tokens"].get<int>() + 12);
+  CHECK(whole["usage"]["prompt_tokens_details"]["cached_tokens"] == 0);
+  CHECK(whole["kvlane"]["ttft_ms"].get<double>() > 0);
+
+  auto body = chat_body("hello", 12);
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto r = d.request("POST", "/v1/chat/completions", body.dump());
+  REQUIRE(r.status == 200);
+  CHECK(r.head.find("Content-Type: text/event-stream") != std::string::npos);
+  auto events = sse_payloads(r.body);
+  REQUIRE(events.size() >= 4);
+  CHECK(events.back() == "[DONE]");
+  std::string streamed;
+  std::string finish;
+  for (std::size_t i = 0; i + 2 < events.size(); ++i) {
+    auto c = json::parse(events[i]);
+    CHECK(c["object"] == "chat.completion.chunk");
+    CHECK(c["id"] == json::parse(events[0])["id"]);
+    const auto& delta = c["choices"][0]["delta"];
+    if (delta.contains("content"))
+      streamed += delta["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null())
+      finish = c["choices"][0]["finish_reason"];
+  }
+  CHECK(json::parse(events[0])["choices"][0]["delta"]["role"] == "assistant");
+  CHECK(streamed == text);
+  CHECK(finish == "length");
+  auto usage = json::parse(events[events.size() - 2]);
+  CHECK(usage["choices"].empty());
+  CHECK(usage["usage"]["completion_tokens"] == 12);
+}
+
+TEST_CASE("http api: a stop string ends the text just before it, streamed or not") {
+  http_fixture d;
+  auto body = chat_body("stop strings", 40);
+  const auto full = d.post_json("/v1/chat/completions", body)["choices"][0]["message"]["content"]
+                      .get<std::string>();
+  // The first printable ASCII character that does not occur earlier serves as the stop.
+  std::size_t at = std::string::npos;
+  for (std::size_t i = 1; i < full.size() && at == std::string::npos; ++i) {
+    const auto c = static_cast<unsigned char>(full[i]);
+    if (c > 0x20 && c < 0x7f && c != '\\' && full.find(full[i]) == i)
+      at = i;
+  }
+  REQUIRE_MESSAGE(at != std::string::npos, "no usable stop character in: " << full);
+  body["stop"] = std::string(1, full[at]);
+
+  auto stopped = d.post_json("/v1/chat/completions", body);
+  CHECK(stopped["choices"][0]["finish_reason"] == "stop");
+  CHECK(stopped["choices"][0]["message"]["content"] == full.substr(0, at));
+
+  body["stream"] = true;
+  auto r = d.request("POST", "/v1/chat/completions", body.dump());
+  REQUIRE(r.status == 200);
+  auto events = sse_payloads(r.body);
+  REQUIRE(events.back() == "[DONE]");
+  std::string streamed, finish;
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    auto c = json::parse(events[i]);
+    if (c["choices"][0]["delta"].contains("content"))
+      streamed += c["choices"][0]["delta"]["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null())
+      finish = c["choices"][0]["finish_reason"];
+  }
+  CHECK(streamed == full.substr(0, at));
+  CHECK(finish == "stop");
+}
+
+TEST_CASE("http api: text completions take a prompt and default to 16 tokens") {
+  http_fixture d;
+  auto r = d.post_json("/v1/completions", {{"model", "tiny"}, {"prompt", "Once upon"}});
+  CHECK(r["object"] == "text_completion");
+  CHECK(r["choices"][0]["finish_reason"] == "length");
+  CHECK(r["usage"]["completion_tokens"] == 16);
+  CHECK(r["usage"]["prompt_tokens"] == 10); // BOS + 9 bytes with the byte tokenizer
+  CHECK(r["choices"][0].contains("text"));
+}
+
+TEST_CASE("http api: errors come in OpenAI's shape with the right status") {
+  http_fixture d;
+  auto bad_json = d.request("POST", "/v1/chat/completions", "{\"model\": ");
+  CHECK(bad_json.status == 400);
+  CHECK(json::parse(bad_json.body)["error"]["code"] == "invalid_json");
+
+  auto unknown = d.post_json("/v1/chat/completions",
+                             {{"model", "nope"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}},
+                             404);
+  CHECK(unknown["error"]["code"] == "model_not_found");
+  CHECK(unknown["error"]["type"] == "invalid_request_error");
+
+  auto n2 = chat_body("x", 4);
+  n2["n"] = 2;
+  CHECK(d.post_json("/v1/chat/completions", n2, 400)["error"]["param"] == "n");
+  auto tools = chat_body("x", 4);
+  tools["tools"] = json::array();
+  CHECK(d.post_json("/v1/chat/completions", tools, 400)["error"]["param"] == "tools");
+
+  auto too_long = d.post_json("/v1/chat/completions", chat_body(std::string(600, 'a'), 4), 400);
+  CHECK(too_long["error"]["code"] == "context_length_exceeded");
+  CHECK(too_long["error"]["message"].get<std::string>().find("512") != std::string::npos);
+  auto over = d.post_json("/v1/chat/completions", chat_body("x", 1000), 400);
+  CHECK(over["error"]["param"] == "max_tokens");
+
+  auto missing = d.request("GET", "/v1/nothing");
+  CHECK(missing.status == 404);
+  auto method = d.request("GET", "/v1/chat/completions");
+  CHECK(method.status == 405);
+}
+
+TEST_CASE("http api: Ollama generate streams NDJSON and chat answers in one object") {
+  http_fixture d;
+  auto r = d.request("POST", "/api/generate",
+                     json{{"model", "tiny"}, {"prompt", "hi"}, {"options", {{"num_predict", 6}}}}.dump());
+  REQUIRE(r.status == 200);
+  CHECK(r.head.find("Content-Type: application/x-ndjson") != std::string::npos);
+  std::vector<json> lines;
+  std::string_view rest = r.body;
+  while (!rest.empty()) {
+    const auto nl = rest.find('\n');
+    REQUIRE(nl != std::string_view::npos);
+    lines.push_back(json::parse(rest.substr(0, nl)));
+    rest.remove_prefix(nl + 1);
+  }
+  REQUIRE(lines.size() >= 2);
+  for (std::size_t i = 0; i + 1 < lines.size(); ++i)
+    CHECK(lines[i]["done"] == false);
+  const auto& last = lines.back();
+  CHECK(last["done"] == true);
+  CHECK(last["done_reason"] == "length");
+  CHECK(last["eval_count"] == 6);
+  CHECK(last["prompt_eval_count"].get<int>() > 0);
+  CHECK(last["total_duration"].get<std::int64_t>() >= last["eval_duration"].get<std::int64_t>());
+
+  auto chat = d.post_json("/api/chat", {{"model", "tiny:latest"},
+                                        {"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                        {"stream", false},
+                                        {"options", {{"num_predict", 3}, {"temperature", 0}}}});
+  CHECK(chat["done"] == true);
+  CHECK(chat["message"]["role"] == "assistant");
+  CHECK(chat["eval_count"] == 3);
+
+  auto missing = d.request("POST", "/api/chat",
+                           json{{"model", "nope"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}}
+                             .dump());
+  CHECK(missing.status == 404);
+  CHECK(json::parse(missing.body)["error"].is_string());
+}
+
+TEST_CASE("http api: tokenize and detokenize round-trip") {
+  http_fixture d;
+  auto t = d.post_json("/tokenize", {{"content", "ab"}});
+  CHECK(t["tokens"] == json::array({97, 98}));
+  auto back = d.post_json("/detokenize", {{"tokens", t["tokens"]}});
+  CHECK(back["content"] == "ab");
+}
+
+TEST_CASE("http api: CORS headers only for listed origins") {
+  http_fixture d;
+  auto listed = d.request("GET", "/v1/models", {}, "Origin: http://localhost:3000\r\n");
+  CHECK(listed.head.find("Access-Control-Allow-Origin: http://localhost:3000") != std::string::npos);
+  auto other = d.request("GET", "/v1/models", {}, "Origin: http://evil.example\r\n");
+  CHECK(other.head.find("Access-Control-Allow-Origin") == std::string::npos);
+  auto preflight = d.request("OPTIONS", "/v1/chat/completions", {},
+                             "Origin: http://localhost:3000\r\n"
+                             "Access-Control-Request-Headers: authorization, content-type\r\n",
+                             false);
+  CHECK(preflight.status == 204);
+  CHECK(preflight.head.find("Access-Control-Allow-Headers: authorization, content-type")
+        != std::string::npos);
+  auto refused = d.request("OPTIONS", "/v1/chat/completions", {}, "Origin: http://evil.example\r\n",
+                           false);
+  CHECK(refused.status == 403);
+}
+
+TEST_CASE("http api: oversized headers get 431 and a stalled request is dropped") {
+  http_fixture d;
+  auto big = d.request("GET", "/v1/models", {}, "X-Filler: " + std::string(20000, 'x') + "\r\n");
+  CHECK(big.status == 431);
+
+  socket_fd slow{d.port};
+  slow.send("GET /health HTTP/1.1\r\nHost: x\r\n"); // never finishes its headers
+  std::string got;
+  while (slow.read_some(got, 20'000)) {
+  }
+  CHECK(got.empty()); // closed by header_timeout_ms without an answer
+}
+
+TEST_CASE("http api: a client that disconnects mid-prefill has its sequence cancelled") {
+  http_fixture d;
+  // About 4,000 prompt tokens at the real time scale: a prefill of many seconds.
+  auto body = json{{"model", "slow"},
+                   {"messages", {{{"role", "user"}, {"content", std::string(3950, 'p')}}}},
+                   {"max_tokens", 8},
+                   {"stream", true}};
+  {
+    socket_fd s{d.port};
+    s.send(fmt::format("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n"
+                       "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+                       api_key, body.dump().size(), body.dump()));
+    std::string head;
+    while (head.find("\r\n\r\n") == std::string::npos)
+      REQUIRE(s.read_some(head, 20'000)); // the stream started: the sequence is submitted
+    CHECK(head.starts_with("HTTP/1.1 200"));
+    REQUIRE(d.ps()["sequences"].size() == 1);
+  } // closes the connection
+  REQUIRE(d.proc->wait_for_output("ended: cancelled", 20s));
+  CHECK(d.proc->output().find("0 generated tokens") != std::string::npos); // still in prefill
+  CHECK(d.ps()["sequences"].empty());
+}
+
+TEST_CASE("http api: while draining, requests and /health get 503 with Retry-After") {
+  http_fixture d;
+  d.cli({"drain", "--no-wait"});
+  auto health = d.request("GET", "/health", {}, {}, false);
+  CHECK(health.status == 503);
+  CHECK(health.head.find("Retry-After: ") != std::string::npos);
+  auto r = d.request("POST", "/v1/chat/completions", chat_body("x", 4).dump());
+  CHECK(r.status == 503);
+  CHECK(r.head.find("Retry-After: 5") != std::string::npos);
+  CHECK(json::parse(r.body)["error"]["code"] == "draining");
+  d.cli({"resume"});
+  CHECK(d.request("GET", "/health", {}, {}, false).status == 200);
+}

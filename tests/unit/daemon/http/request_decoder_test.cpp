@@ -1,0 +1,159 @@
+#include "daemon/http/request_decoder.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+using namespace kvlane::daemon::http;
+using kvlane::actors::priority_class;
+
+namespace {
+
+api_error error_of(const kvlane::expected<generation_request, api_error>& r) {
+  REQUIRE_FALSE(r.has_value());
+  return r.error();
+}
+
+} // namespace
+
+TEST_CASE("request_decoder: a chat completion reads every supported field") {
+  const auto sut = decode_chat_completion(R"({
+    "model": "m", "messages": [
+      {"role": "system", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}],
+    "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 5, "seed": -1,
+    "stop": ["\n\n", "END"], "presence_penalty": 0.5, "frequency_penalty": -0.25,
+    "stream": true, "stream_options": {"include_usage": true}, "n": 1, "logprobs": false,
+    "user": "u1", "priority": "batch", "session": "s1"})");
+  REQUIRE(sut.has_value());
+  CHECK(sut->what == generation_request::kind::chat);
+  CHECK(sut->model == "m");
+  REQUIRE(sut->messages.size() == 2);
+  CHECK(sut->messages[0].role == "system");
+  CHECK(sut->messages[1].content == "hi there");
+  CHECK(sut->max_tokens == 7u);
+  CHECK(sut->temperature == 0.5f);
+  CHECK(sut->top_p == 0.9f);
+  CHECK(sut->top_k == 5);
+  CHECK(sut->seed == ~std::uint64_t{0});
+  CHECK(sut->stop == std::vector<std::string>{"\n\n", "END"});
+  CHECK(sut->presence_penalty == 0.5f);
+  CHECK(sut->frequency_penalty == -0.25f);
+  CHECK(sut->stream);
+  CHECK(sut->include_usage);
+  CHECK(sut->priority == priority_class::batch);
+  CHECK(sut->session == "s1");
+}
+
+TEST_CASE("request_decoder: chat defaults leave max_tokens to the context") {
+  const auto sut = decode_chat_completion(R"({"model":"m","messages":[{"role":"user","content":"x"}]})");
+  REQUIRE(sut.has_value());
+  CHECK_FALSE(sut->max_tokens.has_value());
+  CHECK(sut->temperature == 1.0f);
+  CHECK_FALSE(sut->stream);
+  CHECK(sut->priority == priority_class::interactive);
+}
+
+TEST_CASE("request_decoder: unsupported fields get a 400 naming the field") {
+  for (auto [body, param] : {
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})", "n"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]})", "tools"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true})",
+                   "logprobs"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x","name":"a"}]})",
+                   "messages[0].name"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
+                   "messages[0].content[0].image_url"},
+       }) {
+    CAPTURE(body);
+    const auto e = error_of(decode_chat_completion(body));
+    CHECK(e.status == 400);
+    CHECK(e.param == param);
+    CHECK(e.message.find(param) != std::string::npos);
+  }
+}
+
+TEST_CASE("request_decoder: bad values get a 400 naming the field and the limit") {
+  for (auto [body, param] : {
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":3})",
+                   "temperature"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_p":0})", "top_p"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0})",
+                   "max_tokens"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})",
+                   "stop"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":[""]})", "stop[0]"},
+         std::pair{R"({"model":"m","messages":[{"role":"tool","content":"x"}]})", "messages[0].role"},
+         std::pair{R"({"model":"m","messages":[]})", "messages"},
+         std::pair{R"({"messages":[{"role":"user","content":"x"}]})", "model"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"priority":"high"})",
+                   "priority"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})",
+                   "stream_options"},
+       }) {
+    CAPTURE(body);
+    const auto e = error_of(decode_chat_completion(body));
+    CHECK(e.status == 400);
+    CHECK(e.param == param);
+  }
+}
+
+TEST_CASE("request_decoder: malformed or deeply nested JSON is a 400, never a crash") {
+  for (std::string body : {std::string{"{"}, std::string{"[]"}, std::string{"nul"},
+                           std::string(100000, '['), std::string{"{\"model\":\"m\"} trailing"}}) {
+    CAPTURE(body.substr(0, 40));
+    const auto e = error_of(decode_chat_completion(body));
+    CHECK(e.status == 400);
+    CHECK(e.code == "invalid_json");
+  }
+}
+
+TEST_CASE("request_decoder: a completion takes a string or token ids and defaults to 16 tokens") {
+  auto text = decode_completion(R"({"model":"m","prompt":"Once"})");
+  REQUIRE(text.has_value());
+  CHECK(text->prompt_text == "Once");
+  CHECK(text->max_tokens == 16u);
+  auto ids = decode_completion(R"({"model":"m","prompt":[1,2,3],"max_tokens":4})");
+  REQUIRE(ids.has_value());
+  CHECK(ids->prompt_tokens == std::vector<kvlane::backends::token_id>{1, 2, 3});
+  CHECK(error_of(decode_completion(R"({"model":"m","prompt":["a","b"]})")).param == "prompt");
+  CHECK(error_of(decode_completion(R"({"model":"m","prompt":[1,-2]})")).param == "prompt[1]");
+  CHECK(error_of(decode_completion(R"({"model":"m","prompt":"x","echo":true})")).param == "echo");
+  CHECK(error_of(decode_completion(R"({"model":"m"})")).param == "prompt");
+}
+
+TEST_CASE("request_decoder: Ollama requests stream by default and map options") {
+  auto sut = decode_ollama_generate(
+    R"({"model":"m","prompt":"p","system":"s","options":{"temperature":0.1,"num_predict":9,"top_k":3,"stop":["x"],"num_ctx":2048},"keep_alive":"5m"})");
+  REQUIRE(sut.has_value());
+  CHECK(sut->stream);
+  CHECK_FALSE(sut->raw_prompt);
+  CHECK(sut->system == "s");
+  CHECK(sut->temperature == doctest::Approx(0.1));
+  CHECK(sut->max_tokens == 9u);
+  CHECK(sut->top_k == 3);
+  CHECK(sut->stop == std::vector<std::string>{"x"});
+  auto chat = decode_ollama_chat(R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":false,"options":{"num_predict":-1}})");
+  REQUIRE(chat.has_value());
+  CHECK_FALSE(chat->stream);
+  CHECK_FALSE(chat->max_tokens.has_value());
+  CHECK(error_of(decode_ollama_chat(R"({"model":"m","messages":[{"role":"user","content":"x"}],"options":{"mirostat":1}})")).param
+        == "options.mirostat");
+  CHECK(error_of(decode_ollama_generate(R"({"model":"m","prompt":"x","format":"json"})")).param
+        == "format");
+  auto load = decode_ollama_chat(R"({"model":"m","messages":[]})"); // how clients load a model
+  REQUIRE(load.has_value());
+  CHECK(load->messages.empty());
+}
+
+TEST_CASE("request_decoder: tokenize and detokenize bodies") {
+  auto t = decode_tokenize(R"({"content":"ab","add_special":true})");
+  REQUIRE(t.has_value());
+  CHECK(t->content == "ab");
+  CHECK(t->add_special);
+  auto d = decode_detokenize(R"({"tokens":[97,98]})");
+  REQUIRE(d.has_value());
+  CHECK(d->tokens.size() == 2);
+  CHECK_FALSE(decode_detokenize(R"({"tokens":"ab"})").has_value());
+  CHECK_FALSE(decode_tokenize(R"({})").has_value());
+}
