@@ -121,7 +121,8 @@ generation::start(service& svc, generation_request req, std::string client,
   } else if (!req.prompt_tokens.empty()) {
     prompt = std::move(req.prompt_tokens);
   } else {
-    prompt.push_back(tok.bos());
+    if (const auto bos = tok.bos())
+      prompt.push_back(*bos);
     auto body = tok.encode(req.prompt_text);
     prompt.insert(prompt.end(), body.begin(), body.end());
   }

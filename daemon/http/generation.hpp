@@ -19,7 +19,7 @@
 #include "daemon/http/errors.hpp"
 #include "daemon/http/request_decoder.hpp"
 #include "daemon/http/stop_matcher.hpp"
-#include "ipc/protocol.hpp"
+#include "ipc/utf8.hpp"
 
 #include <chrono>
 #include <memory>

@@ -36,8 +36,8 @@ void tokenize(service& svc, std::string_view body, responder& out) {
     return;
   const auto& tok = m->backend->tokens();
   std::vector<backends::token_id> tokens;
-  if (req->add_special)
-    tokens.push_back(tok.bos());
+  if (const auto bos = tok.bos(); req->add_special && bos)
+    tokens.push_back(*bos);
   auto body_tokens = tok.encode(req->content);
   tokens.insert(tokens.end(), body_tokens.begin(), body_tokens.end());
   out.respond(json_response(to_json_text({{"tokens", tokens}})));

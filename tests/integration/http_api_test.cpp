@@ -2,6 +2,7 @@
 // framing, stop strings, errors, API keys and cancel on disconnect. The
 // daemon listens on a free port (listen = "127.0.0.1:0") and logs its URL.
 #include "tests/support/child_process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -16,7 +17,8 @@
 #include <regex>
 
 using namespace std::chrono_literals;
-using kvlane::test::child_process;
+using kvlane::child_process;
+using kvlane::test::spawn;
 using kvlane::test::temp_dir;
 using json = nlohmann::json;
 
@@ -143,11 +145,12 @@ struct http_fixture {
 
   http_fixture() {
     const auto config = dir.write("kvlane.toml", http_config(run_dir));
-    proc = std::make_unique<child_process>(KVLANED_PATH, std::vector<std::string>{"--config", config});
+    proc = std::make_unique<child_process>(spawn(KVLANED_PATH, {"--config", config}));
     REQUIRE(proc->wait_for_output("ready:", 20s));
     std::smatch m;
     const std::regex url{R"(on http://127\.0\.0\.1:(\d+))"};
-    REQUIRE(std::regex_search(proc->output(), m, url));
+    const auto out = proc->output();
+    REQUIRE(std::regex_search(out, m, url));
     port = static_cast<std::uint16_t>(std::stoi(m[1]));
   }
 
@@ -173,7 +176,7 @@ struct http_fixture {
   std::string cli(std::vector<std::string> args) {
     args.push_back("--socket");
     args.push_back(run_dir + "/kvlane-admin.sock");
-    child_process p{KVLANE_CLI_PATH, args};
+    auto p = spawn(KVLANE_CLI_PATH, args);
     REQUIRE(p.wait_exit(30s) == 0);
     return p.output();
   }
