@@ -61,6 +61,8 @@ enum class errc : int {
   server_busy = 13,       ///< the daemon serves its maximum number of clients
   shutting_down = 14,     ///< the daemon is draining or stopping
   internal = 15,
+  model_failed = 16,      ///< the model failed (its scheduler stopped) and serves nothing
+  busy = 17,              ///< an admission limit is reached: retry later (the message says when)
 };
 
 /// Stable lower-case name, e.g. "daemon_not_running".
