@@ -1,5 +1,6 @@
 #include "actors/engine_monitor.hpp"
 
+#include "actors/exception_handler.hpp"
 #include "common/logging.hpp"
 
 #include <caf/event_based_actor.hpp>
@@ -42,16 +43,7 @@ caf::behavior engine_monitor_behavior(caf::stateful_actor<engine_monitor_state>*
       return;
     }
   });
-  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      logging::get("scheduler")->error("engine monitor: {}", x.what());
-    } catch (...) {
-      logging::get("scheduler")->error("engine monitor: unknown exception");
-    }
-    return caf::sec::runtime_error;
-  });
+  self->set_exception_handler(log_and_stop("scheduler", spdlog::level::err, "engine monitor"));
   self->send(self, refresh_atom::value);
   return {
     [self](refresh_atom) {

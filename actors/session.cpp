@@ -6,6 +6,8 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <fmt/format.h>
+
 namespace kvlane::actors {
 
 namespace {
