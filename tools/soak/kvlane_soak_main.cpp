@@ -545,6 +545,9 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
                  + m.value("queued_interactive", 0u) + m.value("queued_batch", 0u);
   const std::uint64_t committed = idle.contains("store") ? idle["store"].value("committed_bytes", 0ull) : ~0ull;
   const std::uint64_t snapshots = idle.contains("store") ? idle["store"].value("snapshots", 0ull) : ~0ull;
+  const std::uint64_t peak = idle.contains("store") ? idle["store"].value("peak_used_bytes", 0ull) : 0;
+  const std::uint64_t limit = idle.contains("store") ? idle["store"].value("limit_bytes", 0ull) : 0;
+  const std::uint64_t evictions = idle.contains("store") ? idle["store"].value("evictions", 0ull) : 0;
   ::kill(daemon.pid, SIGTERM);
   int st = 0;
   ::waitpid(daemon.pid, &st, 0);
@@ -578,14 +581,18 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
   for (auto& [c, n] : failed)
     fails += fmt::format("{}{} {}", fails.empty() ? "" : ", ", c, n);
   std::printf("soak %.0f s: %lu app runs (%lu killed), %lu reloads; requests %lu, ended %lu (%s), "
-              "failed %lu (%s), abandoned %lu; completed %lu checked against solo runs: "
+              "failed %lu (%s), abandoned %lu, in flight in killed apps %lu; store peak %.1f of %.1f MiB, "
+              "%lu evictions; completed %lu checked against solo runs: "
               "%lu mismatched; tokens lost %lu, duplicated %lu; daemon fds %zu -> %zu, rss %.1f -> "
               "%.1f MiB, store committed %lu B, snapshots %lu, live %lu; daemon %s, exit %d: %s\n",
               seconds, static_cast<unsigned long>(app_runs), static_cast<unsigned long>(killed),
               static_cast<unsigned long>(reloads), static_cast<unsigned long>(submitted),
               static_cast<unsigned long>(ended.size()), ends.empty() ? "-" : ends.c_str(),
               static_cast<unsigned long>(failed_total), fails.empty() ? "-" : fails.c_str(),
-              static_cast<unsigned long>(abandoned), static_cast<unsigned long>(completed),
+              static_cast<unsigned long>(abandoned),
+              static_cast<unsigned long>(submitted - std::min(submitted, ended.size() + abandoned)),
+              static_cast<double>(peak) / (1 << 20), static_cast<double>(limit) / (1 << 20),
+              static_cast<unsigned long>(evictions), static_cast<unsigned long>(completed),
               static_cast<unsigned long>(mismatched), static_cast<unsigned long>(lost),
               static_cast<unsigned long>(duplicated), base_fds, end_fds,
               static_cast<double>(base_rss) / (1 << 20), static_cast<double>(end_rss) / (1 << 20),
