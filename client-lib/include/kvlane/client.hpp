@@ -22,7 +22,7 @@
 //
 // Threading: a connection and its streams are thread-safe. Each connection
 // runs one reader thread that drains its events ring (it spins briefly, then
-// sleeps on an eventfd); callbacks given to submit() run on that thread and
+// sleeps on its wake-up socket); callbacks given to submit() run on that thread and
 // must not block for long. Blocking consumption (stream::next) wakes the
 // caller from that thread.
 //
