@@ -325,8 +325,8 @@ json wait_idle(const std::string& admin_socket, std::chrono::seconds timeout) {
       last = *s;
       std::uint64_t live = 0;
       for (auto& m : last["models"])
-        live += m.value("slots_busy", 0u) + m.value("parked", 0u) + m.value("queued_interactive", 0u)
-                + m.value("queued_batch", 0u);
+        live += m.value("slots_busy", 0u) + m.value("without_slot_interactive", 0u)
+                + m.value("without_slot_batch", 0u);
       if (last["clients"] == 0 && live == 0 && last["store"]["snapshots"] == 0
           && last["store"]["committed_bytes"] == 0)
         return last;
@@ -537,12 +537,18 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
 
   idle = wait_idle(admin_socket, 30s);
   const auto end_rss = daemon_rss(daemon.pid);
-  const auto end_fds = daemon_fds(daemon.pid);
+  // The daemon closes a finished admin or client connection on its own
+  // thread, a moment after we close ours: give the count 2 s to settle.
+  auto end_fds = daemon_fds(daemon.pid);
+  for (int i = 0; i < 40 && end_fds != base_fds; ++i) {
+    std::this_thread::sleep_for(50ms);
+    end_fds = daemon_fds(daemon.pid);
+  }
   const bool alive = ::waitpid(daemon.pid, nullptr, WNOHANG) == 0;
   std::uint64_t live_left = 0;
   for (auto& m : idle.value("models", json::array()))
-    live_left += m.value("slots_busy", 0u) + m.value("parked", 0u)
-                 + m.value("queued_interactive", 0u) + m.value("queued_batch", 0u);
+    live_left += m.value("slots_busy", 0u) + m.value("without_slot_interactive", 0u)
+                 + m.value("without_slot_batch", 0u);
   const std::uint64_t committed = idle.contains("store") ? idle["store"].value("committed_bytes", 0ull) : ~0ull;
   const std::uint64_t snapshots = idle.contains("store") ? idle["store"].value("snapshots", 0ull) : ~0ull;
   const std::uint64_t peak = idle.contains("store") ? idle["store"].value("peak_used_bytes", 0ull) : 0;
