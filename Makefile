@@ -7,8 +7,9 @@ CMAKE_FLAGS  ?=
 BENCH_DIR    ?= bench-results
 BENCH_TRACE  ?= ../shared/traces/azure-llm-2023-conv.csv
 BENCH_FLAGS  ?=
+SOAK_SECONDS ?= 600
 
-.PHONY: all bootstrap build run test sanitize clean bench bench-sweep bench-build
+.PHONY: all bootstrap build run test soak sanitize clean bench bench-sweep bench-build
 
 all: build
 
@@ -26,6 +27,12 @@ run: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# Chaos soak (docs/reliability.md): apps connect, stream, cancel, disconnect and get killed;
+# 1% injected device faults, SIGHUP reloads, the store at its limit. One summary line; exit 1
+# on any loss, duplicate, mismatch or leak. `make test` runs 60 seconds of it.
+soak: build
+	./$(BUILD_DIR)/kvlane-soak --seconds $(SOAK_SECONDS)
 
 # Benchmarks (docs/benchmarks.md): figures and ratios, not pass/fail tests.
 # The default comparison: conv trace, 200 requests, load 1.0, 20% interactive, all four modes.

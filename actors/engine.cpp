@@ -31,6 +31,7 @@ std::string_view to_string(submit_errc e) noexcept {
     case submit_errc::too_long: return "too_long";
     case submit_errc::draining: return "draining";
     case submit_errc::shutting_down: return "shutting_down";
+    case submit_errc::model_failed: return "model_failed";
   }
   return "unknown";
 }
@@ -45,7 +46,8 @@ engine::~engine() {
 expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system& sys,
                                                               const engine_config& cfg,
                                                               scheduler_observer observer,
-                                                              completion_hook on_complete) {
+                                                              completion_hook on_complete,
+                                                              failure_hook on_failure) {
   const bool ideal = cfg.scheduler.mode == actors::scheduler_mode::ideal;
   for (auto& m : cfg.models)
     if (ideal && m.backend.kind != "sim")
@@ -103,8 +105,13 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
     setup.compute_heartbeat = e.compute_heartbeat;
     setup.transfer_heartbeat = e.transfer_heartbeat;
     e.scheduler = spawn_scheduler(sys, std::move(setup));
+    e.health = std::make_shared<model_health>();
     self->models_.push_back(std::move(e));
   }
+  std::vector<monitored_model> watched;
+  for (auto& e : self->models_)
+    watched.push_back({e.name, e.scheduler, e.health});
+  self->monitor_ = spawn_engine_monitor(sys, std::move(watched), stats_refresh, std::move(on_failure));
   logging::get("store")->info("snapshot store: {} MiB limit, committed on use",
                                       cfg.store.max_bytes >> 20);
   return self;
@@ -124,8 +131,6 @@ engine::prepare(submit_request& req) {
   };
   if (stopped_)
     return fail(submit_errc::shutting_down, "the daemon is shutting down");
-  if (!admitting_)
-    return fail(submit_errc::draining, "the daemon is draining and admits no new requests");
   auto* m = find_model(req.model);
   if (!m) {
     std::string known;
@@ -134,6 +139,12 @@ engine::prepare(submit_request& req) {
     return fail(submit_errc::unknown_model,
                 fmt::format("unknown model '{}' (loaded: {})", req.model, known));
   }
+  if (m->health->failed())
+    return fail(submit_errc::model_failed,
+                fmt::format("model '{}' failed and accepts no requests: {}", m->name,
+                            m->health->reason()));
+  if (!admitting_)
+    return fail(submit_errc::draining, "the daemon is draining and admits no new requests");
   const auto& info = m->info;
   const auto& tok = m->backend->tokens();
 
@@ -187,7 +198,8 @@ expected<std::shared_ptr<token_stream>, submit_error> engine::submit(submit_requ
     return unexpected(std::move(p).error());
   auto [m, sub] = std::move(*p);
   auto stream = std::make_shared<token_stream>(sub->id, m->name, m->scheduler);
-  sub->session = spawn_session(sys_, stream, std::chrono::steady_clock::now(), end_hook_for(*m, *sub));
+  sub->session = spawn_session(sys_, stream, std::chrono::steady_clock::now(),
+                               {m->name, m->scheduler}, end_hook_for(*m, *sub));
   caf::anon_send(m->scheduler, submit_atom::value, std::move(sub));
   return stream;
 }
@@ -199,8 +211,8 @@ expected<seq_id, submit_error> engine::submit(submit_request req,
     return unexpected(std::move(p).error());
   auto [m, sub] = std::move(*p);
   auto id = sub->id;
-  sub->session =
-    spawn_session(sys_, std::move(sink), std::chrono::steady_clock::now(), end_hook_for(*m, *sub));
+  sub->session = spawn_session(sys_, std::move(sink), std::chrono::steady_clock::now(),
+                               {m->name, m->scheduler}, end_hook_for(*m, *sub));
   caf::anon_send(m->scheduler, submit_atom::value, std::move(sub));
   return id;
 }
@@ -272,7 +284,12 @@ void engine::shutdown(std::string_view why) {
   if (stopped_.exchange(true))
     return;
   caf::scoped_actor self{sys_};
+  // The monitor goes first: schedulers stopping now are not failures.
+  if (monitor_)
+    self->send_exit(monitor_, caf::exit_reason::user_shutdown);
   for (auto& m : models_) {
+    if (m.health->failed())
+      continue; // its streams ended when it failed
     self->request(m.scheduler, std::chrono::seconds(10), shutdown_atom::value, std::string{why})
       .receive([](bool) {},
                [&](caf::error& err) {
@@ -288,11 +305,43 @@ expected<scheduler_stats, std::string> engine::stats(std::string_view model,
   auto* m = find_model(model);
   if (!m)
     return unexpected(fmt::format("unknown model '{}'", model));
+  if (m->health->failed()) {
+    auto s = m->health->last_stats().value_or(scheduler_stats{});
+    s.model = m->name;
+    s.slots = m->info.slots;
+    s.failed_model = true;
+    s.failure = m->health->reason();
+    return s;
+  }
   caf::scoped_actor self{sys_};
   expected<scheduler_stats, std::string> out = unexpected(std::string{"no reply"});
   self->request(m->scheduler, timeout, stats_atom::value)
     .receive([&](scheduler_stats_ptr s) { out = *s; },
              [&](caf::error& err) { out = unexpected(caf::to_string(err)); });
+  return out;
+}
+
+std::optional<scheduler_stats> engine::cached_stats(std::string_view model) const {
+  auto* m = find_model(model);
+  if (!m)
+    return std::nullopt;
+  auto s = m->health->last_stats();
+  if (m->health->failed()) {
+    if (!s)
+      s = scheduler_stats{};
+    s->model = m->name;
+    s->slots = m->info.slots;
+    s->failed_model = true;
+    s->failure = m->health->reason();
+  }
+  return s;
+}
+
+std::vector<model_failure> engine::failures() const {
+  std::vector<model_failure> out;
+  for (auto& m : models_)
+    if (m.health->failed())
+      out.push_back({m.name, m.health->reason()});
   return out;
 }
 

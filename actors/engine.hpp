@@ -17,6 +17,8 @@
 // with shutting_down.
 
 #include "actors/engine_config.hpp"
+#include "actors/engine_monitor.hpp"
+#include "actors/model_health.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/token_stream.hpp"
 #include "common/expected.hpp"
@@ -25,6 +27,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +50,7 @@ enum class submit_errc : std::uint8_t {
   too_long,
   draining,      ///< not admitting new requests (kvlane drain, SIGTERM grace)
   shutting_down,
+  model_failed,  ///< the model's scheduler stopped; the model serves nothing any more
 };
 std::string_view to_string(submit_errc e) noexcept;
 
@@ -75,16 +79,26 @@ struct model_entry {
   caf::actor scheduler;
   std::shared_ptr<lane_heartbeat> compute_heartbeat;
   std::shared_ptr<lane_heartbeat> transfer_heartbeat;
+  std::shared_ptr<model_health> health; ///< failed or serving, and the latest figures
+};
+
+/// A model that failed, and why.
+struct model_failure {
+  std::string model;
+  std::string reason;
 };
 
 class engine {
 public:
   /// Creates the store and one backend + scheduler per model. In mode
   /// `ideal` every model must use the sim, whose transfer times are zeroed.
+  /// `on_failure` (optional) is called once per model that fails, on an
+  /// actor thread; it must not block.
   static expected<std::unique_ptr<engine>, std::string> create(caf::actor_system& sys,
                                                                const engine_config& cfg,
                                                                scheduler_observer observer = {},
-                                                               completion_hook on_complete = {});
+                                                               completion_hook on_complete = {},
+                                                               failure_hook on_failure = {});
   ~engine();
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -122,9 +136,22 @@ public:
   /// and stops the schedulers and lanes. Idempotent.
   void shutdown(std::string_view why = "daemon shutting down");
 
+  /// Asks the model's scheduler for its figures. A failed model answers at
+  /// once with its last known figures, `failed` set and `failure` saying why.
   expected<scheduler_stats, std::string> stats(std::string_view model,
                                                std::chrono::milliseconds timeout
                                                = std::chrono::seconds(5)) const;
+
+  /// The model's figures as of the monitor's last refresh (every
+  /// `stats_refresh`), without a round trip: for callers that must not
+  /// block. Nullopt before the first refresh.
+  std::optional<scheduler_stats> cached_stats(std::string_view model) const;
+
+  /// Every model that failed (its scheduler or a lane stopped), in model order.
+  std::vector<model_failure> failures() const;
+
+  /// How often the monitor refreshes cached_stats().
+  static constexpr std::chrono::milliseconds stats_refresh{100};
   ipc::store_stats store_stats() const;
 
   const std::vector<model_entry>& models() const noexcept { return models_; }
@@ -147,6 +174,7 @@ private:
   std::atomic<bool> stopped_{false};
   std::atomic<bool> admitting_{true};
   completion_hook on_complete_;
+  caf::actor monitor_; ///< engine_monitor: watches every scheduler
 };
 
 } // namespace kvlane::actors

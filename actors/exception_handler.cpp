@@ -16,6 +16,8 @@ caf::scheduled_actor::exception_handler log_and_stop(std::string logger,
       std::rethrow_exception(e);
     } catch (const std::exception& x) {
       logging::get(logger)->log(level, "{}: {}", who, x.what());
+      // The text travels in the exit reason, so that monitors can say why.
+      return caf::make_error(caf::sec::runtime_error, who + ": " + x.what());
     } catch (...) {
       logging::get(logger)->log(level, "{}: unknown exception", who);
     }

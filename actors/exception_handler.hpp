@@ -3,7 +3,8 @@
 // kvlane::actors::log_and_stop — the exception handler every kvlane actor
 // installs: an exception escaping a message handler is logged through spdlog
 // (CAF's own logging is compiled out in Debian's build) and ends the actor with
-// caf::sec::runtime_error, so that its links and monitors learn of it.
+// caf::sec::runtime_error carrying "<who>: <what()>", so that its links and
+// monitors learn of it and why.
 
 #include <caf/scheduled_actor.hpp>
 #include <spdlog/common.h>

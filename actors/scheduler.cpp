@@ -14,6 +14,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include <algorithm>
+#include <stdexcept>
 #include <unordered_map>
 
 namespace kvlane::actors {
@@ -771,6 +772,7 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
       logic.on_shutdown(why);
       return true;
     },
+    [](crash_atom, const std::string& message) { throw std::runtime_error(message); },
   };
 }
 

@@ -81,6 +81,8 @@ struct scheduler_stats {
   double transfer_hidden_ms = 0; ///< transfer time during which a step ran
   double step_base_ms = 0, step_per_token_ms = 0; ///< cost model (0 = not yet known)
   double dump_ms = 0, load_ms = 0; ///< cost model for one full snapshot (0 = not yet known)
+  bool failed_model = false; ///< set by the engine: the scheduler stopped (figures are its last)
+  std::string failure;       ///< why, when failed_model
 };
 
 using scheduler_stats_ptr = std::shared_ptr<const scheduler_stats>;
@@ -114,6 +116,11 @@ using policy_atom = caf::atom_constant<caf::atom("policy")>;
 /// Sent by the engine before shutdown: ends every stream with reason
 /// cancelled and `message`, frees every slot and snapshot, then replies.
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+
+/// Test hook: the scheduler throws std::runtime_error(`message`) from its
+/// handler, as a bug would, so that tests can exercise what a scheduler's
+/// death does to its model (the engine's monitor, the sessions, the daemon).
+using crash_atom = caf::atom_constant<caf::atom("crash")>;
 
 } // namespace kvlane::actors
 

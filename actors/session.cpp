@@ -6,6 +6,8 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <fmt/format.h>
+
 namespace kvlane::actors {
 
 namespace {
@@ -20,14 +22,54 @@ struct session_state {
   clock::time_point first_token;
   clock::time_point last_token;
   std::uint64_t delivered = 0;
+  /// The session's own handle. The scheduler holds the only other one, and a
+  /// scheduler that dies drops it: without this the session would be
+  /// destroyed as unreachable before it handles the scheduler's down message.
+  /// Released with the state when the session quits.
+  caf::actor keep_alive;
 };
+
+/// Ends the stream: completes the timings, tells the sink and the hook, quits.
+void finish(caf::stateful_actor<session_state>* self, stream_end end) {
+  auto& st = self->state;
+  auto now = clock::now();
+  end.e2e_ms = ms_between(st.submitted, now);
+  if (st.delivered > 0) {
+    end.ttft_ms = ms_between(st.submitted, st.first_token);
+    if (st.delivered > 1)
+      end.tpot_ms = ms_between(st.first_token, st.last_token) / double(st.delivered - 1);
+  }
+  st.sink->on_end(end);
+  if (st.on_end)
+    st.on_end(end);
+  self->quit();
+}
 
 caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
                                std::shared_ptr<stream_sink> sink, clock::time_point submitted,
-                               end_hook on_end) {
+                               session_owner owner, end_hook on_end) {
   self->state.sink = std::move(sink);
   self->state.on_end = std::move(on_end);
   self->state.submitted = submitted;
+  // The scheduler sends this stream's tokens and its end. Should it stop
+  // first (a crash, or a lane's, which is linked to it), nobody else would
+  // end the stream: do it here. Messages from one sender arrive in order, so
+  // an end the scheduler sent before it stopped is handled first.
+  self->state.keep_alive = caf::actor_cast<caf::actor>(self);
+  self->monitor(owner.scheduler);
+  self->set_down_handler([self, model = std::move(owner.model)](caf::down_msg& dm) {
+    stream_end end;
+    end.generated_tokens = static_cast<std::uint32_t>(self->state.delivered);
+    if (dm.reason == caf::exit_reason::user_shutdown || dm.reason == caf::exit_reason::normal) {
+      end.reason = end_reason::cancelled;
+      end.message = fmt::format("model '{}' stopped", model);
+    } else {
+      end.reason = end_reason::error;
+      end.message = fmt::format("model '{}' failed: its scheduler stopped ({})", model,
+                                caf::to_string(dm.reason));
+    }
+    finish(self, std::move(end));
+  });
   self->set_exception_handler(log_and_stop("scheduler", spdlog::level::err, "session"));
   return {
     [self](tokens_atom, const std::vector<token_id>& tokens) {
@@ -39,28 +81,16 @@ caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
       st.delivered += tokens.size();
       st.sink->on_tokens(tokens);
     },
-    [self](end_atom, stream_end end) {
-      auto& st = self->state;
-      auto now = clock::now();
-      end.e2e_ms = ms_between(st.submitted, now);
-      if (st.delivered > 0) {
-        end.ttft_ms = ms_between(st.submitted, st.first_token);
-        if (st.delivered > 1)
-          end.tpot_ms = ms_between(st.first_token, st.last_token) / double(st.delivered - 1);
-      }
-      st.sink->on_end(end);
-      if (st.on_end)
-        st.on_end(end);
-      self->quit();
-    },
+    [self](end_atom, stream_end end) { finish(self, std::move(end)); },
   };
 }
 
 } // namespace
 
 caf::actor spawn_session(caf::actor_system& sys, std::shared_ptr<stream_sink> sink,
-                         clock::time_point submitted, end_hook on_end) {
-  return sys.spawn(session_behavior, std::move(sink), submitted, std::move(on_end));
+                         clock::time_point submitted, session_owner owner, end_hook on_end) {
+  return sys.spawn(session_behavior, std::move(sink), submitted, std::move(owner),
+                   std::move(on_end));
 }
 
 } // namespace kvlane::actors

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <span>
 
 namespace kvlane::actors {
@@ -36,9 +37,18 @@ public:
 /// Called once per request when its stream ends, with the completed timings.
 using end_hook = std::function<void(const stream_end&)>;
 
+/// The scheduler a session depends on: if it stops before the stream ended,
+/// the session ends the stream itself (reason error, naming the model and
+/// why its scheduler stopped; reason cancelled for an orderly stop).
+struct session_owner {
+  std::string model;
+  caf::actor scheduler;
+};
+
 /// Spawns a session delivering to `sink`; timings count from `submitted`.
 /// `on_end` (optional) runs after the sink's on_end.
 caf::actor spawn_session(caf::actor_system& sys, std::shared_ptr<stream_sink> sink,
-                         std::chrono::steady_clock::time_point submitted, end_hook on_end = {});
+                         std::chrono::steady_clock::time_point submitted, session_owner owner,
+                         end_hook on_end = {});
 
 } // namespace kvlane::actors

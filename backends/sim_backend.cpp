@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string_view>
 #include <thread>
 #include <type_traits>
@@ -419,6 +420,9 @@ std::optional<backend_error> sim_backend::take_fault(sim_op op) {
     // One draw per call whatever the spec, so fail_rate outcomes depend only
     // on the call number.
     const double u = uniform01(f.rng);
+    if (f.spec.crash_nth != 0 && call == f.spec.crash_nth)
+      throw std::runtime_error("sim: injected crash on " + std::string(to_string(op)) + " call "
+                               + std::to_string(call));
     const bool fail = (f.spec.fail_nth != 0 && call == f.spec.fail_nth)
                       || (f.spec.fail_rate > 0.0 && u < f.spec.fail_rate);
     if (!fail)

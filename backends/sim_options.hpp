@@ -25,6 +25,9 @@ struct fault_spec {
   std::uint64_t fail_nth = 0;  ///< fail exactly the Nth call (1-based); 0 = off
   double fail_rate = 0.0;      ///< fail this fraction of calls (seeded, deterministic)
   backend_errc code = backend_errc::device_failure;
+  /// Throw std::runtime_error from exactly the Nth call (a driver bug rather
+  /// than a reported error: the calling lane dies); 0 = off.
+  std::uint64_t crash_nth = 0;
 
   friend bool operator==(const fault_spec&, const fault_spec&) = default;
 };

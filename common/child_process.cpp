@@ -154,6 +154,15 @@ struct child_process::state {
   }
 };
 
+void child_process::close_output() {
+  if (s_->reader.joinable()) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(s_->wake_fd, &one, sizeof one);
+    s_->reader.join(); // it marks the output closed (eof)
+  }
+  close_fd(s_->out_fd);
+}
+
 expected<child_process, std::string> child_process::start(const std::string& path,
                                                           child_options opts) {
   auto s = std::make_unique<state>();

@@ -72,6 +72,11 @@ public:
   /// Sends `sig` unless the child has been reaped.
   void signal(int sig);
 
+  /// Closes our end of the child's output pipe, as a reader that goes away
+  /// would: the child's next write to it fails with EPIPE (or SIGPIPE kills
+  /// it). output() keeps what arrived before.
+  void close_output();
+
   /// Waits for the child to exit and for its output to close (so that
   /// output() is complete), both within `timeout`. Returns the exit status
   /// (the exit code, or 128 + the signal that killed it), or nullopt if it has

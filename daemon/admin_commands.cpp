@@ -65,6 +65,8 @@ json status(const admin_services& s) {
     const auto* m = s.engine->find_model(st.model);
     auto busy = [](const auto& hb) { return hb && hb->busy_since_ns.load() != 0; };
     models.push_back({{"name", st.model},
+                      {"state", st.failed_model ? "failed" : "serving"},
+                      {"error", st.failure},
                       {"compute_busy", m && busy(m->compute_heartbeat)},
                       {"transfer_busy", m && busy(m->transfer_heartbeat)},
                       {"slots", st.slots},

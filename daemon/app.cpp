@@ -13,6 +13,7 @@
 
 
 #include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -270,7 +271,22 @@ std::string app::summary() const {
 // Periodic work of the main thread: watchdog, status line, the end of a drain.
 void app::tick(std::chrono::steady_clock::time_point now) {
   auto log = logging::get("daemon");
-  if (watchdog_) {
+  if (!model_failed_) {
+    if (auto failed = engine_->failures(); !failed.empty()) {
+      // A model whose scheduler stopped serves nothing until the process
+      // restarts: let the other models' running sequences finish, then exit
+      // 70 so that the service manager restarts kvlaned.
+      model_failed_ = true;
+      log->critical("model '{}' failed ({}); withholding watchdog pings, draining, then exiting "
+                    "{} so that the service manager restarts kvlaned",
+                    failed.front().model, failed.front().reason,
+                    static_cast<int>(exit_code::runtime_failure));
+      notify_.status(fmt::format("model '{}' failed: {}", failed.front().model, failed.front().reason));
+      if (!drain_.active)
+        begin_drain(now, "a model failed");
+    }
+  }
+  if (watchdog_ && !model_failed_) {
     // A backend call running for longer than the watchdog interval means a
     // hung NPU: stop pinging and let systemd restart the service.
     auto stuck = engine_->stuck_call(*watchdog_);
@@ -320,7 +336,8 @@ exit_code app::run(const sigset_t& signals) {
                     cfg_.daemon.shutdown_grace.count(), left);
         else
           log->info("every running sequence finished");
-        return stop() ? exit_code::ok : exit_code::runtime_failure;
+        const bool stopped = stop();
+        return stopped && !model_failed_ ? exit_code::ok : exit_code::runtime_failure;
       }
       continue;
     }
@@ -331,18 +348,23 @@ exit_code app::run(const sigset_t& signals) {
     const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
     if (drain_.active) {
       log->info("second {} received: stopping now", name);
-      return stop() ? exit_code::ok : exit_code::runtime_failure;
+      const bool stopped = stop();
+      return stopped && !model_failed_ ? exit_code::ok : exit_code::runtime_failure;
     }
-    engine_->set_admitting(false);
-    drain_.active = true;
-    drain_.deadline = now + cfg_.daemon.shutdown_grace;
-    auto running = engine_->list().size();
-    log->info("{} received, shutting down: admitting no new requests; {} running sequence(s) "
-              "may finish within {} ms (send it again to stop at once)",
-              name, running, cfg_.daemon.shutdown_grace.count());
-    notify_.stopping();
-    notify_.status(summary());
+    begin_drain(now, fmt::format("{} received", name));
   }
+}
+
+void app::begin_drain(std::chrono::steady_clock::time_point now, std::string_view why) {
+  engine_->set_admitting(false);
+  drain_.active = true;
+  drain_.deadline = now + cfg_.daemon.shutdown_grace;
+  auto running = engine_->list().size();
+  logging::get("daemon")->info("{}, shutting down: admitting no new requests; {} running "
+                               "sequence(s) may finish within {} ms (send SIGTERM to stop at once)",
+                               why, running, cfg_.daemon.shutdown_grace.count());
+  notify_.stopping();
+  notify_.status(summary());
 }
 
 reload_report app::reload() {
@@ -420,6 +442,20 @@ reload_report app::reload() {
       r.needs_restart.push_back("scheduler: a model's scheduler did not confirm the new knobs");
     }
   }
+  if (next.clients.max_pending != now.clients.max_pending
+      || next.clients.max_clients_per_user != now.clients.max_clients_per_user
+      || next.clients.max_requests_per_user != now.clients.max_requests_per_user
+      || next.clients.max_live_sequences != now.clients.max_live_sequences
+      || next.clients.busy_retry != now.clients.busy_retry) {
+    now.clients.max_pending = next.clients.max_pending;
+    now.clients.max_clients_per_user = next.clients.max_clients_per_user;
+    now.clients.max_requests_per_user = next.clients.max_requests_per_user;
+    now.clients.max_live_sequences = next.clients.max_live_sequences;
+    now.clients.busy_retry = next.clients.busy_retry;
+    gateway_->set_admission(now.clients);
+    r.applied.push_back("clients.max_pending / max_clients_per_user / max_requests_per_user / "
+                        "max_live_sequences / busy_retry_ms");
+  }
   if (new_clients) {
     gateway_->set_policy(std::move(new_clients));
     now.clients.allow_users = next.clients.allow_users;
@@ -444,7 +480,7 @@ reload_report app::reload() {
   if (next.store != now.store)
     r.needs_restart.push_back("store");
   if (next.clients != now.clients)
-    r.needs_restart.push_back("clients (other than the allow lists)");
+    r.needs_restart.push_back("clients (other than the allow lists and the admission limits)");
   if (next.admin.socket_mode != now.admin.socket_mode)
     r.needs_restart.push_back("admin.socket_mode");
   if (next.metrics != now.metrics)
@@ -475,6 +511,14 @@ void print_usage(std::FILE* out) {
 } // namespace
 
 int run_main(int argc, char** argv) {
+  // A write to a socket or pipe whose reader went away (a closed stdout pipe
+  // during shutdown, an app gone mid-send) must fail with EPIPE, not kill the
+  // daemon and leave its sockets behind.
+  struct sigaction ignore{};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, nullptr);
+
   cli_options opts;
   for (int i = 1; i < argc; ++i) {
     std::string_view a{argv[i]};

@@ -54,7 +54,7 @@ enum class exit_code : int {
   check_failed = 1,    ///< --check: the config is invalid
   usage = 64,          ///< bad command line (EX_USAGE)
   config_error = 78,   ///< the config is invalid at start-up (EX_CONFIG)
-  runtime_failure = 70, ///< start-up or shutdown failed for another reason (EX_SOFTWARE)
+  runtime_failure = 70, ///< start-up or shutdown failed, or a model failed (EX_SOFTWARE)
 };
 
 class app {
@@ -99,6 +99,8 @@ private:
   void on_stop(std::string what, std::function<void()> fn);
   std::string summary() const;
   void tick(std::chrono::steady_clock::time_point now);
+  /// Stops admitting and gives running sequences the shutdown grace.
+  void begin_drain(std::chrono::steady_clock::time_point now, std::string_view why);
 
   struct drain_state {
     bool active = false;
@@ -113,6 +115,7 @@ private:
   notifier notify_;
   std::optional<std::chrono::microseconds> watchdog_;
   bool watchdog_starved_ = false;
+  bool model_failed_ = false; ///< a model failed: drain, then exit 70 (no watchdog pings)
   std::chrono::steady_clock::time_point last_status_;
   drain_state drain_;
   std::unique_ptr<metrics> metrics_;

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -43,6 +42,7 @@ proto::errc to_wire(actors::submit_errc e) {
     case actors::submit_errc::too_long: return proto::errc::too_long;
     case actors::submit_errc::draining:
     case actors::submit_errc::shutting_down: return proto::errc::shutting_down;
+    case actors::submit_errc::model_failed: return proto::errc::model_failed;
   }
   return proto::errc::internal;
 }
@@ -117,6 +117,7 @@ client_session::client_session(setup s)
     limits_(*s.limits),
     engine_(*s.engine),
     counters_(*s.counters),
+    admission_(*s.admit),
     loop_wake_fd_(s.loop_wake_fd),
     control_fd_(s.control_fd),
     tracker_(s.limits->max_requests, static_cast<std::uint32_t>(s.limits->max_prompt_bytes)) {}
@@ -157,9 +158,19 @@ expected<std::shared_ptr<client_session>, std::string> client_session::create(se
   if (::fcntl(self->memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
     return fail("sealing the client memfd");
   self->submit_efd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  self->events_efd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (self->submit_efd_ < 0 || self->events_efd_ < 0)
+  if (self->submit_efd_ < 0)
     return fail("eventfd");
+  // The events ring's wake-ups travel on a socket pair, not a shared eventfd:
+  // the app gets its own end, so nothing it does (clearing O_NONBLOCK, not
+  // reading, shrinking its buffer) can make our send() block.
+  int wake[2] = {-1, -1};
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, wake) != 0)
+    return fail("socketpair for the events wake-ups");
+  self->events_wake_fd_ = wake[0];
+  self->app_wake_fd_ = wake[1];
+  // Wake-ups go one way: the app cannot queue bytes into the daemon's end.
+  if (::shutdown(self->events_wake_fd_, SHUT_RD) != 0)
+    return fail("shutdown of the events wake-up socket");
   self->submit_ = ipc::ring_reader(self->map_, self->submit_geo_, true);
   self->events_ = ipc::ring_writer(self->map_, self->events_geo_, true);
   return self;
@@ -181,7 +192,7 @@ expected<void, std::string> client_session::send_welcome() {
   auto bytes = proto::encode(w);
 
   iovec iov{bytes.data(), bytes.size()};
-  const int fds[3] = {memfd_, submit_efd_, events_efd_};
+  const int fds[3] = {memfd_, submit_efd_, app_wake_fd_};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)]{};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -195,6 +206,7 @@ expected<void, std::string> client_session::send_welcome() {
   std::memcpy(CMSG_DATA(c), fds, sizeof fds);
   if (::sendmsg(control_fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size()))
     return unexpected(std::string{"sending the welcome: "} + std::strerror(errno));
+  close_fd(app_wake_fd_); // the app holds it now
   return {};
 }
 
@@ -212,11 +224,14 @@ std::size_t client_session::live_requests() const {
   return requests_.size();
 }
 
-bool client_session::drain_submit() {
+bool client_session::drain_submit(std::size_t max_records) {
   if (closed_ || !submit_.valid())
     return true;
   proto::record_bytes raw;
-  for (int n = 0;; ++n) {
+  // At most `max_records` per call: an app that keeps its ring full (even of
+  // records that cost nothing, like cancels of unknown ids) must not hold the
+  // loop; the loop comes back after serving every other session.
+  for (std::size_t n = 0; n < max_records; ++n) {
     const auto st = submit_.try_pop(raw);
     if (st == ipc::ring_status::empty)
       break;
@@ -300,8 +315,7 @@ bool client_session::handle_record(const proto::record_bytes& raw) {
       auto it = requests_.find(id);
       if (it != requests_.end()) {
         if (was_assembling) {
-          requests_.erase(it);
-          counters_.requests_live.fetch_sub(1, std::memory_order_relaxed);
+          erase_request_locked(it);
         } else {
           model = it->second.model;
           seq = it->second.seq;
@@ -352,6 +366,24 @@ void client_session::submit_to_engine(complete_submit c) {
   req.sampling.stop_tokens.assign(c.head.stop_tokens.begin(), c.head.stop_tokens.end());
   req.stop_at_eos = c.head.stop_at_eos;
 
+  if (auto busy = admission_.admit_request(peer_.uid)) {
+    counters_.busy_refusals.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard lock{mu_};
+      if (auto it = requests_.find(id); it != requests_.end())
+        erase_request_locked(it);
+      tracker_.finished(id);
+    }
+    push_error(id, proto::errc::busy, std::move(*busy));
+    return;
+  }
+  {
+    std::lock_guard lock{mu_};
+    if (auto it = requests_.find(id); it != requests_.end())
+      it->second.admitted = true;
+    else
+      admission_.release_request(peer_.uid); // cannot happen: the loop thread owns submits
+  }
   const auto* m = engine_.find_model(req.model);
   const auto model = req.model;
   auto sink = std::make_shared<session_sink>(shared_from_this(), id,
@@ -360,8 +392,8 @@ void client_session::submit_to_engine(complete_submit c) {
   if (!r) {
     {
       std::lock_guard lock{mu_};
-      if (requests_.erase(id) != 0)
-        counters_.requests_live.fetch_sub(1, std::memory_order_relaxed);
+      if (auto it = requests_.find(id); it != requests_.end())
+        erase_request_locked(it);
       tracker_.finished(id);
     }
     push_error(id, to_wire(r.error().code), r.error().message);
@@ -472,11 +504,19 @@ void client_session::deliver_end(std::uint64_t request_id,
       return;
     std::vector<std::pair<std::string, std::uint64_t>> none;
     enqueue_locked(request_id, records, true, none);
-    if (requests_.erase(request_id) != 0)
-      counters_.requests_live.fetch_sub(1, std::memory_order_relaxed);
+    if (auto it = requests_.find(request_id); it != requests_.end())
+      erase_request_locked(it);
     tracker_.finished(request_id);
   }
   flush();
+}
+
+void client_session::erase_request_locked(
+  std::unordered_map<std::uint64_t, request_state>::iterator it) {
+  if (it->second.admitted)
+    admission_.release_request(peer_.uid);
+  requests_.erase(it);
+  counters_.requests_live.fetch_sub(1, std::memory_order_relaxed);
 }
 
 bool client_session::overflowed(std::uint64_t request_id) const {
@@ -529,18 +569,10 @@ void client_session::flush() {
 }
 
 void client_session::signal_reader() {
-  // The app shares this eventfd's file status flags. Had it cleared O_NONBLOCK,
-  // a write to a counter it saturated could block a daemon thread: that is a
-  // protocol violation and ends the connection.
-  const int flags = ::fcntl(events_efd_, F_GETFL);
-  if (flags < 0 || (flags & O_NONBLOCK) == 0) {
-    doom("events eventfd: the app cleared O_NONBLOCK, which the protocol forbids");
-    return;
-  }
-  // A saturated eventfd already wakes the reader; never risk a blocking write.
-  pollfd p{events_efd_, POLLOUT, 0};
-  if (::poll(&p, 1, 0) == 1 && (p.revents & POLLOUT))
-    ipc::eventfd_signal(events_efd_);
+  // Our own end of the wake-up socket, MSG_DONTWAIT: cannot block. A full
+  // socket buffer means wake-ups are pending already; a departed app is
+  // noticed on its control socket.
+  ipc::wake_socket_signal(events_wake_fd_);
 }
 
 void client_session::doom(std::string why) {
@@ -626,8 +658,9 @@ void client_session::close(bool shutting_down) {
     for (auto& [rid, st] : requests_)
       if (st.seq != 0)
         cancels.emplace_back(st.model, st.seq);
-    counters_.requests_live.fetch_sub(requests_.size(), std::memory_order_relaxed);
-    requests_.clear();
+    while (!requests_.empty())
+      erase_request_locked(requests_.begin());
+    admission_.release_client(peer_.uid);
     outbox_.clear();
     outbox_size_.store(0, std::memory_order_relaxed);
     events_ = ipc::ring_writer{};
@@ -637,7 +670,8 @@ void client_session::close(bool shutting_down) {
     map_ = nullptr;
     close_fd(memfd_);
     close_fd(submit_efd_);
-    close_fd(events_efd_);
+    close_fd(events_wake_fd_);
+    close_fd(app_wake_fd_);
     close_fd(control_fd_);
   }
   for (auto& [model, seq] : cancels)

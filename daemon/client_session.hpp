@@ -29,10 +29,15 @@
 // Hostile peers: every index read from the shared ring header is validated
 // (ipc::ring_reader/ring_writer in checked mode), every record is copied out
 // and decoded by ipc::proto, and the memfd is sealed against resizing (so the
-// app cannot make the daemon's mapping fault). The submit eventfd is watched
-// edge-triggered and never read by the daemon (an app that drains or blocks
-// its own eventfd cannot stall the daemon).
+// app cannot make the daemon's mapping fault). No syscall the daemon makes on
+// an object it shares with the app can block: the submit eventfd is watched
+// edge-triggered and never read or written by the daemon; the app is woken
+// through a socket pair whose daemon end only the daemon holds (send with
+// MSG_DONTWAIT); the control socket is the daemon's own end, used with
+// MSG_DONTWAIT | MSG_NOSIGNAL; the memfd is only mapped, never read or
+// written through syscalls after it is shared.
 
+#include "daemon/admission.hpp"
 #include "daemon/config.hpp"
 #include "daemon/request_tracker.hpp"
 #include "ipc/protocol.hpp"
@@ -66,6 +71,7 @@ struct gateway_counters {
   std::atomic<std::uint64_t> backlog_cancels{0};
   std::atomic<std::uint64_t> disconnect_cancels{0};
   std::atomic<std::uint64_t> requests_live{0};
+  std::atomic<std::uint64_t> busy_refusals{0}; ///< connections and requests answered `busy`
 };
 
 class client_session : public std::enable_shared_from_this<client_session> {
@@ -78,6 +84,7 @@ public:
     const clients_section* limits = nullptr;
     actors::engine* engine = nullptr;
     gateway_counters* counters = nullptr;
+    admission* admit = nullptr; ///< per-user and global limits; the client is counted already
     int loop_wake_fd = -1; ///< eventfd that wakes the gateway loop (daemon-private)
   };
 
@@ -94,12 +101,13 @@ public:
   int control_fd() const noexcept { return control_fd_; }
   int submit_eventfd() const noexcept { return submit_efd_; }
 
-  /// Sends the welcome with [memfd, submit eventfd, events eventfd].
+  /// Sends the welcome with [memfd, submit eventfd, events wake-up socket].
   expected<void, std::string> send_welcome();
 
-  /// Drains the submit ring. False: the session must be closed (a violation,
-  /// already reported to the app and logged).
-  bool drain_submit();
+  /// Takes up to `max_records` records from the submit ring. False: the
+  /// session must be closed (a violation, already reported to the app and
+  /// logged). Records left in the ring make prepare_sleep() return true.
+  bool drain_submit(std::size_t max_records);
 
   enum class control_event { none, closed, stats };
   /// Reads and handles one control message. closed: close the session (the
@@ -154,7 +162,11 @@ private:
     std::string model;
     std::uint64_t seq = 0; ///< engine sequence id; 0 until submitted
     bool overflowed = false;
+    bool admitted = false; ///< counted by admission (from its submission to the engine)
   };
+
+  /// Caller holds mu_. Forgets a request and returns its admission.
+  void erase_request_locked(std::unordered_map<std::uint64_t, request_state>::iterator it);
 
   const std::uint64_t id_;
   const std::string name_;
@@ -162,12 +174,14 @@ private:
   const clients_section limits_;
   actors::engine& engine_;
   gateway_counters& counters_;
+  admission& admission_;
   const int loop_wake_fd_;
 
   int control_fd_ = -1;
   int memfd_ = -1;
   int submit_efd_ = -1;
-  int events_efd_ = -1;
+  int events_wake_fd_ = -1; ///< daemon's end of the events wake-up socket pair
+  int app_wake_fd_ = -1;    ///< the app's end, until the welcome hands it over
   std::byte* map_ = nullptr;
   std::size_t map_size_ = 0;
   ipc::ring_geometry submit_geo_{}, events_geo_{};

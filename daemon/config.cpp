@@ -273,7 +273,8 @@ status parse_clients(const reporter& r, const section& root, clients_section& ou
                                {"socket_mode", "allow_users", "allow_groups", "max_clients",
                                 "max_requests", "max_prompt_bytes", "submit_ring_records",
                                 "events_ring_records", "max_backlog_records", "spin_us",
-                                "hello_timeout_ms"}));
+                                "hello_timeout_ms", "max_pending", "max_clients_per_user",
+                                "max_requests_per_user", "max_live_sequences", "busy_retry_ms"}));
   KVLANE_CONFIG_TRY(read_socket_mode(r, s, out.socket_mode));
   KVLANE_CONFIG_TRY(read_principals(r, s, "allow_users", out.allow_users));
   KVLANE_CONFIG_TRY(read_principals(r, s, "allow_groups", out.allow_groups));
@@ -293,6 +294,13 @@ status parse_clients(const reporter& r, const section& root, clients_section& ou
   std::int64_t hello_ms = out.hello_timeout.count();
   KVLANE_CONFIG_TRY(read_int(r, s, "hello_timeout_ms", hello_ms, 10, 60'000));
   out.hello_timeout = std::chrono::milliseconds(hello_ms);
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_pending", out.max_pending, 1, 65536));
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_clients_per_user", out.max_clients_per_user, 1, 4096));
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_requests_per_user", out.max_requests_per_user, 1, 1'048'576));
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_live_sequences", out.max_live_sequences, 1, 1'048'576));
+  std::int64_t retry_ms = out.busy_retry.count();
+  KVLANE_CONFIG_TRY(read_int(r, s, "busy_retry_ms", retry_ms, 1, 60'000));
+  out.busy_retry = std::chrono::milliseconds(retry_ms);
   return {};
 }
 

@@ -54,6 +54,12 @@ struct clients_section {
   std::uint32_t max_backlog_records = 8192; ///< events buffered per client beyond its ring
   std::uint32_t spin_us = 20;               ///< readers spin this long before sleeping
   std::chrono::milliseconds hello_timeout{2000}; ///< a new connection must say hello by then
+  // Admission (live-reloadable): over a limit the newcomer gets `busy` with a retry hint.
+  std::uint32_t max_pending = 64;             ///< accepted connections that have not said hello yet
+  std::uint32_t max_clients_per_user = 16;    ///< connections of one uid
+  std::uint32_t max_requests_per_user = 1024; ///< live requests of one uid, over its connections
+  std::uint32_t max_live_sequences = 4096;    ///< live requests of all apps together
+  std::chrono::milliseconds busy_retry{200};  ///< the retry hint of a `busy` answer
 
   friend bool operator==(const clients_section&, const clients_section&) = default;
 };

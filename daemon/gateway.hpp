@@ -11,7 +11,9 @@
 // socket, every client's submit eventfd (edge-triggered, never read) and a
 // private wake-up eventfd. It accepts and authenticates connections
 // (SO_PEERCRED against [clients] allow_users / allow_groups), answers
-// hello/stats, drains submit rings into the engine, retries event delivery to
+// hello/stats (from figures the engine refreshes off this thread), drains
+// submit rings into the engine (at most 256 records per session per pass, so
+// no app can hold the loop), retries event delivery to
 // apps whose events ring was full, and closes sessions whose control socket
 // hung up (cancelling their requests). Token delivery itself does not pass
 // through this thread: each request's sink writes into its app's events ring
@@ -60,6 +62,11 @@ public:
   /// Replaces the allow lists for new connections (kvlane reload). Thread-safe.
   void set_policy(std::shared_ptr<const ipc::access_policy> policy);
 
+  /// Applies new admission limits ([clients] max_pending, max_clients_per_user,
+  /// max_requests_per_user, max_live_sequences, busy_retry_ms) to the next
+  /// connection or request (kvlane reload). Thread-safe.
+  void set_admission(const clients_section& cfg);
+
   const std::string& socket_path() const noexcept { return path_; }
   /// Current figures (engine_live and store figures are filled by the loop's
   /// stats handler only; here they are zero).
@@ -67,6 +74,7 @@ public:
 
 private:
   gateway(const clients_section& cfg, std::string path, actors::engine& engine);
+  static admission_limits limits_of(const clients_section& cfg);
 
   void run();
   void accept_all();
@@ -91,6 +99,8 @@ private:
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::atomic<bool> stopping_{false};
+  admission admission_;
+  std::atomic<std::uint32_t> max_pending_;
   std::thread loop_;
   std::uint64_t next_id_ = 1;
   std::map<int, pending_conn> pending_;                          ///< by fd

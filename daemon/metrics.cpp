@@ -125,6 +125,9 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
     for (auto& s : schedulers)
       w.sample(name, model_label(s.model), double(value(s)));
   };
+  per_scheduler("kvlane_model_up", "gauge",
+                "1 while the model serves, 0 after its scheduler (or a lane) stopped.",
+                [](auto& s) { return s.failed_model ? 0 : 1; });
   per_scheduler("kvlane_tokens_generated_total", "counter", "Tokens generated.",
                 [](auto& s) { return s.tokens_generated; });
   per_scheduler("kvlane_slots", "gauge", "KV slots of the model.", [](auto& s) { return s.slots; });

@@ -35,7 +35,7 @@ struct hello_msg {
   std::string client_name; ///< 1..64 bytes of printable UTF-8
 };
 
-/// Ring geometry and limits; sent with the fds [memfd, submit eventfd, events eventfd].
+/// Ring geometry and limits; sent with the fds [memfd, submit eventfd, events wake-up socket].
 struct welcome_msg {
   std::uint32_t record_size = proto::record_size;
   std::uint64_t client_id = 0;

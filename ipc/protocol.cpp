@@ -23,6 +23,8 @@ std::string_view to_string(errc e) noexcept {
     case errc::backlog: return "backlog";
     case errc::internal: return "internal";
     case errc::timeout: return "timeout";
+    case errc::model_failed: return "model_failed";
+    case errc::busy: return "busy";
   }
   return "unknown";
 }

@@ -37,7 +37,7 @@
 namespace kvlane::ipc::proto {
 
 inline constexpr std::uint32_t magic = 0x4E4C564B; ///< "KVLN" as bytes on the wire
-inline constexpr std::uint16_t version = 1;
+inline constexpr std::uint16_t version = 2;
 inline constexpr std::size_t record_size = 256;
 inline constexpr std::size_t record_header_size = 16;
 inline constexpr std::size_t record_body_size = record_size - record_header_size;
@@ -75,12 +75,14 @@ enum class errc : std::uint32_t {
   backlog = 12,          ///< the client stopped reading its events
   internal = 13,
   timeout = 14,          ///< no hello within [clients] hello_timeout_ms
+  model_failed = 15,     ///< the model's scheduler stopped; it serves nothing any more
+  busy = 16,             ///< an admission limit is reached; the message says when to retry
 };
 std::string_view to_string(errc e) noexcept;
 
 /// True for a u32 that names an errc value.
 constexpr bool known_errc(std::uint32_t v) noexcept {
-  return v <= static_cast<std::uint32_t>(errc::timeout);
+  return v <= static_cast<std::uint32_t>(errc::busy);
 }
 
 struct protocol_error {

@@ -5,6 +5,7 @@
 #include <new>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -197,8 +198,32 @@ std::uint64_t eventfd_drain(int fd) noexcept {
   }
 }
 
-bool wait_readable(ring_reader& reader, int efd, std::chrono::microseconds spin,
-                   std::chrono::milliseconds timeout, int extra_fd) noexcept {
+bool wake_socket_signal(int fd) noexcept {
+  const char one = 1;
+  for (;;) {
+    const auto n = ::send(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n == 1)
+      return true;
+    if (n < 0 && errno == EINTR)
+      continue;
+    return false;
+  }
+}
+
+void wake_drain(int fd) noexcept {
+  // An eventfd needs a buffer of at least 8 bytes; a socket gives up to 256
+  // pending wake-ups at once (any left over only cause one spurious wake-up).
+  std::byte buf[256];
+  for (;;) {
+    const auto n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    return;
+  }
+}
+
+bool wait_readable(ring_reader& reader, int wake_fd, std::chrono::microseconds spin,
+                   std::chrono::milliseconds timeout, std::span<const int> extra_fds) noexcept {
   if (reader.available() != 0)
     return true;
   const auto start = clock::now();
@@ -214,6 +239,8 @@ bool wait_readable(ring_reader& reader, int efd, std::chrono::microseconds spin,
         break;
     }
   }
+  constexpr std::size_t max_extra = 4;
+  const std::size_t extra = extra_fds.size() < max_extra ? extra_fds.size() : max_extra;
   const auto deadline = start + timeout;
   for (;;) {
     if (reader.prepare_sleep()) {
@@ -228,15 +255,19 @@ bool wait_readable(ring_reader& reader, int efd, std::chrono::microseconds spin,
       if (ms == 0 && clock::now() < deadline)
         ms = 1;
     }
-    pollfd fds[2] = {{efd, POLLIN, 0}, {extra_fd, POLLIN, 0}};
-    const int rc = ::poll(fds, extra_fd >= 0 ? 2 : 1, ms);
+    pollfd fds[1 + max_extra] = {{wake_fd, POLLIN, 0}};
+    for (std::size_t i = 0; i < extra; ++i)
+      fds[1 + i] = {extra_fds[i], POLLIN, 0};
+    const int rc = ::poll(fds, static_cast<nfds_t>(1 + extra), ms);
     reader.done_waiting();
     if (rc > 0 && (fds[0].revents & POLLIN))
-      eventfd_drain(efd);
+      wake_drain(wake_fd);
     if (reader.available() != 0)
       return true;
-    if (rc > 0 && extra_fd >= 0 && fds[1].revents != 0)
-      return false;
+    if (rc > 0)
+      for (std::size_t i = 0; i < extra; ++i)
+        if (fds[1 + i].revents != 0)
+          return false;
     if (rc < 0 && errno != EINTR)
       return false;
     if (timeout.count() >= 0 && clock::now() >= deadline)

@@ -20,10 +20,16 @@
 // is loaded with acquire ordering.
 //
 // Wake-ups: a reader spins for a while, then sets reader_waiting, issues a
-// seq_cst fence, re-checks, and blocks on an eventfd with poll(). A writer
-// publishes tail, issues a seq_cst fence and writes the eventfd only when
+// seq_cst fence, re-checks, and blocks in poll() on its wake-up fd. A writer
+// publishes tail, issues a seq_cst fence and signals the wake-up fd only when
 // reader_waiting is set, clearing it (the fences pair up: either the reader
 // sees the new tail or the writer sees the flag; one wake-up per sleep).
+// The wake-up fd is an eventfd where the writer is the less trusted side (the
+// app wakes the daemon), and one end of a socket pair where the reader is (the
+// daemon wakes the app: an eventfd's O_NONBLOCK flag is shared with the app,
+// which could clear it and saturate the counter so that the daemon's write
+// blocks; a send() with MSG_DONTWAIT on the daemon's own socket end never
+// blocks, whatever the app does to its end).
 //
 // Hostility: the writer and the reader keep their own index privately and
 // read the peer's index only to learn how far it got. With `checked`, an index
@@ -166,11 +172,23 @@ bool eventfd_signal(int fd) noexcept;
 /// Drains an eventfd; returns the count (0 if none was pending).
 std::uint64_t eventfd_drain(int fd) noexcept;
 
+/// Wakes the reader at the other end of a wake-up socket: sends one byte with
+/// MSG_DONTWAIT | MSG_NOSIGNAL, so it never blocks and never raises SIGPIPE,
+/// whatever the peer did to its end. False if the byte was not queued (the
+/// peer has wake-ups pending already, or it left); either way the caller
+/// goes on.
+bool wake_socket_signal(int fd) noexcept;
+
+/// Consumes pending wake-ups from `fd`, an eventfd or a wake-up socket (one
+/// read of up to 256 bytes; call it after poll() reported the fd readable).
+void wake_drain(int fd) noexcept;
+
 /// Waits until `reader` has a record: spins for `spin`, then sets the waiting
-/// flag and blocks in poll() on `efd` (and `extra_fd`, if >= 0, for POLLIN or
-/// hang-up) for at most `timeout` (negative: forever). Returns true if data is
-/// available, false on timeout or when extra_fd became ready (check it).
-bool wait_readable(ring_reader& reader, int efd, std::chrono::microseconds spin,
-                   std::chrono::milliseconds timeout, int extra_fd = -1) noexcept;
+/// flag and blocks in poll() on `wake_fd` (an eventfd or a wake-up socket) and
+/// on every fd of `extra_fds` (for POLLIN or hang-up) for at most `timeout`
+/// (negative: forever). Returns true if data is available, false on timeout
+/// or when an extra fd became ready (check them).
+bool wait_readable(ring_reader& reader, int wake_fd, std::chrono::microseconds spin,
+                   std::chrono::milliseconds timeout, std::span<const int> extra_fds = {}) noexcept;
 
 } // namespace kvlane::ipc

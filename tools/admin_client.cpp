@@ -72,7 +72,12 @@ void print_status(const json& r) {
   fmt::print("kvlaned {}  up {}  mode {}  {}  clients {}\n", r["version"].get<std::string>(),
              human_duration(r["uptime_s"].get<double>()), r["mode"].get<std::string>(),
              r["admitting"].get<bool>() ? "admitting" : "DRAINING", r["clients"].get<std::uint64_t>());
-  for (auto& m : r["models"])
+  for (auto& m : r["models"]) {
+    if (m.value("state", std::string{"serving"}) == "failed") {
+      fmt::print("model {:<20} FAILED: {}\n", m["name"].get<std::string>(),
+                 m.value("error", std::string{}));
+      continue;
+    }
     fmt::print("model {:<20} slots {:>3}/{:<3} without a slot {} interactive, {} batch "
                "(queued {}, parked {})  tokens {}  preemptions {} (swap {}, recompute {})\n",
                m["name"].get<std::string>(), m["slots_busy"].get<int>(), m["slots"].get<int>(),
@@ -80,6 +85,7 @@ void print_status(const json& r) {
                m["queued"].get<int>(), m["parked"].get<int>(),
                m["tokens_generated"].get<std::uint64_t>(), m["preemptions"].get<std::uint64_t>(),
                m["swaps"].get<std::uint64_t>(), m["recomputes"].get<std::uint64_t>());
+  }
   auto& s = r["store"];
   fmt::print("store {} used, {} committed of {} ({} snapshots, {} evictions)\n",
              human_bytes(s["used_bytes"].get<double>()),

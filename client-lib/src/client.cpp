@@ -14,6 +14,7 @@
 #include <cstring>
 #include <mutex>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -50,6 +51,8 @@ const char* to_string(errc e) noexcept {
     case errc::server_busy: return "server_busy";
     case errc::shutting_down: return "shutting_down";
     case errc::internal: return "internal";
+    case errc::model_failed: return "model_failed";
+    case errc::busy: return "busy";
   }
   return "unknown";
 }
@@ -83,6 +86,8 @@ errc from_wire(proto::errc e) {
     case proto::errc::version_mismatch: return errc::version_mismatch;
     case proto::errc::timeout: return errc::timeout;
     case proto::errc::internal: return errc::internal;
+    case proto::errc::model_failed: return errc::model_failed;
+    case proto::errc::busy: return errc::busy;
     case proto::errc::ok:
     case proto::errc::bad_message:
     case proto::errc::duplicate_request:
@@ -167,7 +172,9 @@ struct stream::state {
 struct connection::impl {
   std::string path;
   proto::welcome_msg welcome;
-  int ctl = -1, memfd = -1, submit_efd = -1, events_efd = -1;
+  int ctl = -1, memfd = -1, submit_efd = -1;
+  int events_wake = -1; ///< our end of the daemon's wake-up socket for the events ring
+  int stop_efd = -1;    ///< private: wakes our own reader at shutdown
   std::byte* map = nullptr;
   std::size_t map_size = 0;
   std::chrono::microseconds spin{20};
@@ -204,15 +211,15 @@ struct connection::impl {
   void shutdown() {
     std::call_once(closed_once, [this] {
       stopping = true;
-      if (events_efd >= 0)
-        ipc::eventfd_signal(events_efd); // wake our own reader
+      if (stop_efd >= 0)
+        ipc::eventfd_signal(stop_efd); // wake our own reader
       if (reader.joinable())
         reader.join();
       fail_all(make_error(errc::connection_lost, "the connection was closed by the app"));
       if (map != nullptr)
         ::munmap(map, map_size);
       map = nullptr;
-      for (int* fd : {&ctl, &memfd, &submit_efd, &events_efd})
+      for (int* fd : {&ctl, &memfd, &submit_efd, &events_wake, &stop_efd})
         if (*fd >= 0) {
           ::close(*fd);
           *fd = -1;
@@ -368,7 +375,8 @@ struct connection::impl {
   void run() {
     proto::record_bytes rec;
     while (!stopping.load(std::memory_order_relaxed)) {
-      const bool data = ipc::wait_readable(events, events_efd, spin, 250ms, ctl);
+      const int watched[2] = {ctl, stop_efd};
+      const bool data = ipc::wait_readable(events, events_wake, spin, 250ms, watched);
       std::size_t n = 0;
       while (events.try_pop(rec) == ipc::ring_status::ok) {
         dispatch(rec);
@@ -695,8 +703,11 @@ result<std::unique_ptr<connection>> connection::connect(const connect_options& o
   c.ctl = fd.release();
   c.memfd = fds[0];
   c.submit_efd = fds[1];
-  c.events_efd = fds[2];
+  c.events_wake = fds[2];
   c.spin = std::chrono::microseconds(w->spin_us);
+  c.stop_efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (c.stop_efd < 0)
+    return make_error(errc::internal, std::string{"eventfd: "} + std::strerror(errno));
   struct stat st{};
   const ipc::ring_geometry sg{w->submit_offset, w->submit_capacity, w->record_size};
   const ipc::ring_geometry eg{w->events_offset, w->events_capacity, w->record_size};

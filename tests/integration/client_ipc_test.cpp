@@ -10,6 +10,7 @@
 #include "ipc/utf8.hpp"
 #include "ipc/spsc_ring.hpp"
 #include "tests/integration/ipc_requests.hpp"
+#include "tests/support/skip.hpp"
 #include "tests/support/child_process.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -501,18 +502,26 @@ TEST_CASE("client ipc: malformed records end only that client's connection, with
     CHECK(f.code == proto::errc::ring_corrupt);
     CHECK(f.message.find("tail index") != std::string::npos);
   }
-  SUBCASE("an app that clears O_NONBLOCK on its events eventfd") {
+  SUBCASE("an app that clears O_NONBLOCK on its wake-up socket is woken and served") {
     raw_conn c{d.socket};
     c.hello();
-    const int efd = c.fds[2]; // [memfd, submit eventfd, events eventfd]
-    REQUIRE(::fcntl(efd, F_SETFL, ::fcntl(efd, F_GETFL) & ~O_NONBLOCK) == 0);
-    c.events.prepare_sleep(); // ask to be woken, so the daemon writes the eventfd
+    const int wake = c.fds[2]; // [memfd, submit eventfd, events wake-up socket]
+    struct stat st{};
+    REQUIRE(::fstat(wake, &st) == 0);
+    CHECK(S_ISSOCK(st.st_mode));
+    REQUIRE(::fcntl(wake, F_SETFL, ::fcntl(wake, F_GETFL) & ~O_NONBLOCK) == 0);
+    c.events.prepare_sleep(); // ask to be woken, so the daemon signals the socket
     proto::record_bytes r;
     proto::encode(raw_submit(7, 20), r);
     c.push(r);
-    auto f = expect_fatal(c);
-    CHECK(f.code == proto::errc::ring_corrupt);
-    CHECK(f.message.find("O_NONBLOCK") != std::string::npos);
+    bool ended = false;
+    while (auto ev = c.next_event())
+      if (auto* e = std::get_if<proto::end_rec>(&*ev)) {
+        CHECK(e->reason == proto::end_reason::length);
+        ended = true;
+        break;
+      }
+    CHECK(ended);
   }
   SUBCASE("duplicate request id") {
     raw_conn c{d.socket};
@@ -612,10 +621,7 @@ TEST_CASE("client ipc: a client that stops reading is cancelled with reason back
 }
 
 TEST_CASE("client ipc: users outside allow_users are refused, a closed socket mode denies access") {
-  if (::geteuid() != 0) {
-    MESSAGE("skipped: needs root to run a client under another uid");
-    return;
-  }
+  KVLANE_SKIP_UNLESS_ROOT("runs a client under another uid");
   SUBCASE("not allowed") {
     daemon_fixture d{1000, "[clients]\nallow_users = [\"root\"]\n"};
     auto app = spawn(KVLANE_TEST_CLIENT_PATH,
@@ -710,4 +716,297 @@ TEST_CASE("client ipc: the C and C++ examples stream an answer through the defau
   REQUIRE(rc);
   CHECK(*rc == 1);
   CHECK(app.output() == "connect: kvlaned is not running (no socket at " + d.run_dir + "/absent.sock)\n");
+}
+
+namespace {
+
+/// One hostile app: keeps requests streaming and races the daemon's wake-up of
+/// its events ring. Each round it drains the wake-up fd with O_NONBLOCK set,
+/// asks to be woken, waits until the daemon claims the wake-up (it is then
+/// about to signal), saturates the fd and clears O_NONBLOCK. A daemon that
+/// checks the flags, then the fd's room, then writes, can be caught between
+/// the check and the write: its thread then blocks for good. The app notices
+/// (its ring stops moving while its requests are live) and holds the fd in
+/// that state.
+struct hostile_app {
+  raw_conn conn;
+  proto::welcome_msg welcome{};
+  std::uint64_t next_id = 1;
+  std::size_t live = 0;
+  bool caught_daemon = false;
+
+  explicit hostile_app(const std::string& socket) : conn(socket) { welcome = conn.hello("hostile"); }
+
+  void submit_one() {
+    proto::record_bytes r;
+    proto::encode(raw_submit(next_id++, 200), r);
+    if (conn.submit.try_push(r) == kvlane::ipc::ring_status::ok) {
+      kvlane::ipc::eventfd_signal(conn.fds[1]);
+      ++live;
+    }
+  }
+
+  void consume() {
+    proto::record_bytes rec;
+    while (conn.events.try_pop(rec) == kvlane::ipc::ring_status::ok) {
+      auto r = proto::decode_record(rec);
+      if (r && (std::holds_alternative<proto::end_rec>(*r) || std::holds_alternative<proto::error_rec>(*r)))
+        live = live > 0 ? live - 1 : 0;
+    }
+    if (conn.events.take_writer_waiting())
+      kvlane::ipc::eventfd_signal(conn.fds[1]);
+  }
+
+  void race(clock_type::time_point until, std::uint32_t seed) {
+    const int wake = conn.fds[2];
+    const int flags = ::fcntl(wake, F_GETFL);
+    auto* reader_waiting = reinterpret_cast<std::atomic<std::uint32_t>*>(
+      conn.map + welcome.events_offset + kvlane::ipc::ring_layout::reader_waiting);
+    auto* tail = reinterpret_cast<std::atomic<std::uint64_t>*>(
+      conn.map + welcome.events_offset + kvlane::ipc::ring_layout::tail);
+    while (clock_type::now() < until) {
+      consume();
+      while (live < 4)
+        submit_one();
+      ::fcntl(wake, F_SETFL, flags | O_NONBLOCK);
+      std::uint64_t drained = 0;
+      (void)!::read(wake, &drained, sizeof drained);
+      reader_waiting->store(1);
+      const auto claim_deadline = clock_type::now() + 2ms;
+      while (reader_waiting->load() != 0 && clock_type::now() < claim_deadline) {
+      }
+      reader_waiting->store(0); // no later wake-up: only the one in flight is raced
+      // A random 0..3 us, so that the saturation lands inside the daemon's
+      // check-then-write window on some rounds.
+      seed = seed * 1103515245u + 12345u;
+      const auto spin_until = clock_type::now() + std::chrono::nanoseconds((seed >> 16) % 3000);
+      while (clock_type::now() < spin_until) {
+      }
+      const std::uint64_t saturate = 0xfffffffffffffffeull;
+      // (A socket end gets the same bytes; MSG_NOSIGNAL: the daemon's end refuses them.)
+      if (::send(wake, &saturate, sizeof saturate, MSG_NOSIGNAL) < 0 && errno == ENOTSOCK)
+        (void)!::write(wake, &saturate, sizeof saturate);
+      ::fcntl(wake, F_SETFL, flags & ~O_NONBLOCK);
+      // Tokens arrive every few tens of microseconds: a ring that stays still
+      // for 3 ms with requests live means the daemon's writer is stuck.
+      const auto before = tail->load();
+      const auto watch_until = clock_type::now() + 3ms;
+      while (tail->load() == before && clock_type::now() < watch_until) {
+      }
+      if (tail->load() == before && live > 0) {
+        caught_daemon = true; // a daemon thread is blocked in its write (or it closed us)
+        return;
+      }
+    }
+    ::fcntl(wake, F_SETFL, flags | O_NONBLOCK);
+  }
+};
+
+} // namespace
+
+TEST_CASE("client ipc: an app that races O_NONBLOCK and saturates its wake-up fd blocks no daemon thread") {
+  daemon_fixture d{1000};
+  constexpr int hostile_count = 3; // more than the daemon's 2 worker threads
+  std::vector<std::unique_ptr<hostile_app>> apps;
+  for (int i = 0; i < hostile_count; ++i) {
+    apps.push_back(std::make_unique<hostile_app>(d.socket));
+  }
+  std::vector<std::thread> racers;
+  const auto until = clock_type::now() + 4s;
+  for (int i = 0; i < hostile_count; ++i)
+    racers.emplace_back([&, i] { apps[static_cast<std::size_t>(i)]->race(until, 17u + static_cast<std::uint32_t>(i)); });
+  for (auto& t : racers)
+    t.join();
+  int caught = 0;
+  for (auto& a : apps)
+    caught += a->caught_daemon ? 1 : 0;
+  MESSAGE("hostile apps that saw their ring stall: " << caught << " of " << hostile_count);
+
+  // Other apps keep streaming, and the admin socket answers, while the hostile
+  // apps hold their fds blocking and saturated.
+  check_serving(d);
+  auto status = spawn(KVLANE_CLI_PATH, {"status", "--socket", d.run_dir + "/kvlane-admin.sock"});
+  auto rc = status.wait_exit(20s);
+  REQUIRE(rc);
+  CAPTURE(status.output());
+  CHECK(*rc == 0);
+}
+
+TEST_CASE("client ipc: an app that keeps its submit ring full of cancels does not hold the loop from another app") {
+  daemon_fixture d{1000};
+  raw_conn flood{d.socket};
+  const auto w = flood.hello("flood");
+  // Fill every slot with a cancel of an id that was never submitted (it costs
+  // the daemon a decode and a lookup, nothing else), then keep the ring full
+  // by moving the tail up to head + capacity whenever the daemon consumed:
+  // the app republishes the same records at no cost, faster than any loop
+  // can decode them.
+  proto::record_bytes r;
+  proto::encode(proto::cancel_rec{1'000'000}, r);
+  for (std::uint32_t i = 0; i < w.submit_capacity; ++i)
+    (void)flood.submit.try_push(r); // (the daemon may consume meanwhile: fill each slot once)
+  kvlane::ipc::eventfd_signal(flood.fds[1]);
+  auto* head = reinterpret_cast<std::atomic<std::uint64_t>*>(flood.map + w.submit_offset);
+  auto* tail = reinterpret_cast<std::atomic<std::uint64_t>*>(flood.map + w.submit_offset + 64);
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> republished{0};
+  std::thread flooder{[&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      const auto h = head->load(std::memory_order_acquire);
+      const auto t = tail->load(std::memory_order_relaxed);
+      if (h + w.submit_capacity != t) {
+        tail->store(h + w.submit_capacity, std::memory_order_release);
+        republished.fetch_add(h + w.submit_capacity - t, std::memory_order_relaxed);
+        kvlane::ipc::eventfd_signal(flood.fds[1]);
+      }
+    }
+  }};
+  // The flood is under way once the daemon has consumed a few rings' worth.
+  const auto flood_deadline = clock_type::now() + 10s;
+  while (head->load() < 16ull * w.submit_capacity && clock_type::now() < flood_deadline)
+    std::this_thread::yield();
+
+  client::connect_options o;
+  o.socket_path = d.socket;
+  o.client_name = "bystander";
+  o.timeout = 20s;
+  auto c = client::connect(o);
+  int completed = 0;
+  std::optional<client::daemon_stats> st;
+  if (c) {
+    std::vector<std::shared_ptr<client::stream>> streams;
+    for (int i = 0; i < 4; ++i)
+      if (auto s = (*c)->submit(kvlane::test::ipc_recipe(3, i)))
+        streams.push_back(*s);
+    for (auto& s : streams)
+      if (s->wait(20s))
+        ++completed;
+    if (auto x = (*c)->stats(5s))
+      st = *x;
+  }
+  stop = true;
+  flooder.join();
+  MESSAGE("flood records republished: " << republished.load() << ", consumed by the daemon: "
+                                        << head->load());
+  REQUIRE_MESSAGE(c, (c ? "" : c.error().message));
+  CHECK(completed == 4);
+  CHECK(st.has_value());
+}
+
+namespace {
+
+client::request long_batch(int i, std::uint32_t max_tokens = 100) {
+  auto r = kvlane::test::ipc_recipe(5, i, max_tokens);
+  r.prompt = "admission request " + std::to_string(i);
+  r.prompt_tokens.clear();
+  r.prio = client::priority::batch;
+  return r;
+}
+
+/// The error a stream ends with (nullopt if it ended normally or timed out).
+std::optional<client::error> stream_error(client::stream& s) {
+  auto first = s.next(20s);
+  if (!first)
+    return first.error();
+  return std::nullopt;
+}
+
+} // namespace
+
+TEST_CASE("client ipc: admission limits answer busy with a retry hint and disturb nothing admitted") {
+  SUBCASE("connections of one user, then a live reload raises the limit") {
+    daemon_fixture d{20, "[clients]\nmax_clients_per_user = 2\nbusy_retry_ms = 150\n"};
+    auto a = d.connect("a");
+    auto b = d.connect("b");
+    client::connect_options o;
+    o.socket_path = d.socket;
+    o.client_name = "c";
+    auto c = client::connect(o);
+    REQUIRE_FALSE(c);
+    CHECK(c.error().code == client::errc::busy);
+    CAPTURE(c.error().message);
+    CHECK(c.error().message.find("max_clients_per_user") != std::string::npos);
+    CHECK(c.error().message.find("retry after 150 ms") != std::string::npos);
+    // The admitted connections are untouched.
+    for (auto* conn : {a.get(), b.get()}) {
+      auto s = conn->submit(long_batch(1, 10));
+      REQUIRE(s);
+      auto end = (*s)->wait(20s);
+      REQUIRE(end);
+      CHECK(end->reason == client::end_reason::length);
+    }
+    auto text = d.config_text;
+    text.replace(text.find("max_clients_per_user = 2"), 24, "max_clients_per_user = 3");
+    d.dir.write("kvlane.toml", text);
+    auto reload = spawn(KVLANE_CLI_PATH, {"reload", "--socket", d.run_dir + "/kvlane-admin.sock"});
+    REQUIRE(reload.wait_exit(20s) == 0);
+    auto again = client::connect(o);
+    CHECK(again.has_value());
+  }
+  SUBCASE("live requests of one user") {
+    daemon_fixture d{20, "[clients]\nmax_requests_per_user = 3\nbusy_retry_ms = 150\n"};
+    auto a = d.connect("a");
+    auto b = d.connect("b");
+    std::vector<std::shared_ptr<client::stream>> running;
+    for (int i = 0; i < 2; ++i)
+      running.push_back(*a->submit(long_batch(i)));
+    running.push_back(*b->submit(long_batch(2)));
+    auto over = b->submit(long_batch(3));
+    REQUIRE(over);
+    auto err = stream_error(**over);
+    REQUIRE(err);
+    CHECK(err->code == client::errc::busy);
+    CAPTURE(err->message);
+    CHECK(err->message.find("max_requests_per_user") != std::string::npos);
+    CHECK(err->message.find("retry after 150 ms") != std::string::npos);
+    for (auto& s : running) {
+      std::vector<std::uint32_t> tokens;
+      auto end = s->wait(30s, nullptr, &tokens);
+      REQUIRE(end);
+      CHECK(end->reason == client::end_reason::length);
+      CHECK(tokens.size() == 100);
+    }
+    // Released at their ends: the connection that was told busy is admitted now.
+    auto later = b->submit(long_batch(4, 10));
+    REQUIRE(later);
+    auto end = (*later)->wait(20s);
+    REQUIRE(end);
+    CHECK(end->reason == client::end_reason::length);
+  }
+  SUBCASE("live sequences of all apps together") {
+    daemon_fixture d{20, "[clients]\nmax_live_sequences = 3\n"};
+    auto a = d.connect("a");
+    auto b = d.connect("b");
+    std::vector<std::shared_ptr<client::stream>> running;
+    for (int i = 0; i < 2; ++i)
+      running.push_back(*a->submit(long_batch(i)));
+    running.push_back(*b->submit(long_batch(2)));
+    auto over = b->submit(long_batch(3));
+    REQUIRE(over);
+    auto err = stream_error(**over);
+    REQUIRE(err);
+    CHECK(err->code == client::errc::busy);
+    CAPTURE(err->message);
+    CHECK(err->message.find("max_live_sequences") != std::string::npos);
+    CHECK(err->message.find("retry after 200 ms") != std::string::npos);
+    for (auto& s : running) {
+      auto end = s->wait(30s);
+      REQUIRE(end);
+      CHECK(end->reason == client::end_reason::length);
+    }
+  }
+  SUBCASE("connections that have not said hello yet") {
+    daemon_fixture d{20, "[clients]\nmax_pending = 2\n"};
+    raw_conn first{d.socket};
+    raw_conn second{d.socket};
+    raw_conn third{d.socket};
+    auto r = expect_refusal(third);
+    CHECK(r.code == proto::errc::busy);
+    CAPTURE(r.message);
+    CHECK(r.message.find("max_pending") != std::string::npos);
+    CHECK(r.message.find("retry after 200 ms") != std::string::npos);
+    first.hello("first");
+    second.hello("second");
+    check_serving(d);
+  }
 }

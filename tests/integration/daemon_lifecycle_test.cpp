@@ -84,6 +84,27 @@ TEST_CASE("kvlaned: SIGINT (Ctrl-C) stops it with exit code 0") {
   CHECK(sut.output().find("SIGINT received") != std::string::npos);
 }
 
+TEST_CASE("kvlaned: a closed output pipe does not kill it, it still shuts down cleanly and removes its sockets") {
+  temp_dir dir;
+  auto cfg = dir.write("kvlane.toml", small_config(dir));
+  auto sut = spawn(KVLANED_PATH, {"--config", cfg});
+  REQUIRE(sut.wait_for_output("ready:", 20s));
+  const auto socket = dir.path() + "/run/kvlane.sock";
+  const auto admin_socket = dir.path() + "/run/kvlane-admin.sock";
+  struct stat st{};
+  REQUIRE(::stat(socket.c_str(), &st) == 0);
+  REQUIRE(::stat(admin_socket.c_str(), &st) == 0);
+  // The reader of its stdout/stderr goes away (a journal restart, a closed
+  // terminal pipe); the daemon logs its whole shutdown into the broken pipe.
+  sut.close_output();
+  sut.signal(SIGTERM);
+  auto rc = sut.wait_exit(20s);
+  REQUIRE(rc.has_value());
+  CHECK(*rc == 0); // 141 (128 + SIGPIPE) before the daemon ignored SIGPIPE
+  CHECK(::stat(socket.c_str(), &st) != 0);
+  CHECK(::stat(admin_socket.c_str(), &st) != 0);
+}
+
 TEST_CASE("kvlaned: --check accepts a valid config with exit code 0") {
   temp_dir dir;
   auto cfg = dir.write("kvlane.toml", small_config(dir));

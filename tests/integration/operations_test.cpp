@@ -375,3 +375,80 @@ TEST_CASE("operations: HTTP metrics on loopback parse and count requests") {
   d.proc->signal(SIGTERM);
   CHECK(d.proc->wait_exit(20s) == 0);
 }
+
+TEST_CASE("operations: a model whose lane crashes fails visibly, the others finish, and kvlaned exits 70") {
+  daemon_fixture d{R"([[model]]
+name = "crashy"
+[model.sim]
+slots = 2
+max_context = 512
+snapshot_bytes = "512KiB"
+time_scale = 20
+[model.sim.faults.step]
+crash_nth = 40
+[[model]]
+name = "slow"
+[model.sim]
+slots = 2
+max_context = 512
+snapshot_bytes = "512KiB"
+)"};
+  auto c = d.connect("ops-app");
+  auto slow_request = long_request(100); // 100 steps of 31 ms: still running during the checks
+  slow_request.model = "slow";
+  auto survivor = c->submit(slow_request);
+  REQUIRE(survivor);
+  auto crash_request = long_request(200);
+  crash_request.model = "crashy";
+  auto victim = c->submit(crash_request);
+  REQUIRE(victim);
+
+  auto end = (*victim)->wait(20s);
+  REQUIRE(end);
+  CHECK(end->reason == client::end_reason::error);
+  CAPTURE(end->message);
+  CHECK(end->message.find("model 'crashy' failed") != std::string::npos);
+  CHECK(end->message.find("sim: injected crash on step call 40") != std::string::npos);
+
+  auto refused_request = long_request(5);
+  refused_request.model = "crashy";
+  auto refused = c->submit(refused_request);
+  REQUIRE(refused);
+  auto refused_end = (*refused)->wait(10s);
+  REQUIRE_FALSE(refused_end);
+  CHECK(refused_end.error().code == client::errc::model_failed);
+  CHECK(refused_end.error().message.find("model 'crashy' failed and accepts no requests")
+        != std::string::npos);
+
+  auto status = d.cli_json({"status"});
+  REQUIRE(status["models"].size() == 3);
+  for (auto& m : status["models"]) {
+    CAPTURE(m.dump());
+    if (m["name"] == "crashy") {
+      CHECK(m["state"] == "failed");
+      CHECK(m["error"].get<std::string>().find("injected crash") != std::string::npos);
+    } else {
+      CHECK(m["state"] == "serving");
+    }
+  }
+  auto [hrc, human] = d.cli({"status"});
+  CHECK(hrc == 0);
+  CHECK(human.find("FAILED") != std::string::npos);
+  auto [mrc, metrics] = d.cli({"metrics"});
+  CHECK(mrc == 0);
+  CHECK(metrics.find("kvlane_model_up{model=\"crashy\"} 0") != std::string::npos);
+  CHECK(metrics.find("kvlane_model_up{model=\"slow\"} 1") != std::string::npos);
+
+  // The other model's running request gets the shutdown grace and finishes;
+  // then the daemon exits 70 for its service manager to restart it.
+  std::vector<std::uint32_t> tokens;
+  auto survivor_end = (*survivor)->wait(30s, nullptr, &tokens);
+  REQUIRE(survivor_end);
+  CHECK(survivor_end->reason == client::end_reason::length);
+  CHECK(tokens.size() == 100);
+  auto rc = d.proc->wait_exit(30s);
+  REQUIRE(rc);
+  CHECK(*rc == 70);
+  CHECK(d.proc->output().find("model 'crashy' failed") != std::string::npos);
+  CHECK(d.proc->output().find("withholding watchdog pings, draining, then exiting 70") != std::string::npos);
+}

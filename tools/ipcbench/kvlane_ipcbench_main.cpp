@@ -9,9 +9,12 @@
 //  3. the end-to-end token path with 64 concurrent streams through a real
 //     kvlaned: from the daemon's sink receiving a token (right after the step
 //     and its sampling) to the app's callback, per token event;
-//  4. aggregate tokens/s through kvlaned with the sim at zero step time, and
+//  4. one app's token latency (8 streams) alone, then while another app keeps
+//     its submit ring full of cancel records (the client loop must not let
+//     one app's ring hold it);
+//  5. aggregate tokens/s through kvlaned with the sim at zero step time, and
 //     the same workload in process (no IPC) as the baseline;
-//  5. the HTTP API at zero step time: time to first token over HTTP/SSE against
+//  6. the HTTP API at zero step time: time to first token over HTTP/SSE against
 //     the ring path (sequential requests, client-side clocks), aggregate tokens/s
 //     of concurrent SSE streams (and whether each got every token), and the
 //     daemon's memory per idle HTTP connection.
@@ -485,6 +488,39 @@ int main(int argc, char** argv) {
                 f.p50, f.p99, o.p50, o.p99);
     std::printf("  the daemon hands a step's tokens to its sinks over p50 %.1f us (p99 %.1f)\n\n",
                 sp.p50, sp.p99);
+  }
+  {
+    // One app streams; another floods its submit ring with cancels of ids it
+    // never submitted (each costs the daemon a decode and a lookup): the
+    // first app's token latency with and without the flood.
+    constexpr std::uint32_t victim_streams = 8;
+    // A large submit ring: the flooding app can keep far more records queued than
+    // the loop decodes in one pass.
+    daemon_proc d{daemon_exe, dir + "/flood",
+                  bench_config(dir + "/flood/run", victim_streams, false) + "submit_ring_records = 65536\n"};
+    auto victim = d.connect();
+    auto flooder = d.connect();
+    const auto quiet = summarize(run_streams(*victim, victim_streams, 400, seconds, true).latency_us);
+    std::atomic<bool> stop{false};
+    std::atomic<std::uint64_t> flood_records{0};
+    std::thread flood{[&] {
+      for (std::uint64_t id = 1ull << 40; !stop.load(std::memory_order_relaxed); ++id)
+        if (flooder->cancel(id, 1s))
+          flood_records.fetch_add(1, std::memory_order_relaxed);
+    }};
+    const auto flood_start = std::chrono::steady_clock::now();
+    auto flooded_run = run_streams(*victim, victim_streams, 400, seconds, true);
+    stop = true;
+    flood.join();
+    const double flood_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - flood_start).count();
+    const auto flooded = summarize(flooded_run.latency_us);
+    std::printf("token path of one app (%u streams) while another floods its submit ring with cancels\n",
+                victim_streams);
+    std::printf("  alone:   %zu token events: p50 %.2f  p99 %.2f\n", quiet.n, quiet.p50, quiet.p99);
+    std::printf("  flooded: %zu token events: p50 %.2f  p99 %.2f  (flood: %.0f records/s)\n", flooded.n,
+                flooded.p50, flooded.p99, static_cast<double>(flood_records.load()) / flood_s);
+    std::printf("  flooded / alone p99: %.2f\n\n", quiet.p99 > 0 ? flooded.p99 / quiet.p99 : 0.0);
   }
   {
     const auto cfg_text = bench_config(dir + "/fast/run", streams, true);

@@ -22,7 +22,7 @@
 //
 // Threading: a connection and its streams are thread-safe. Each connection
 // runs one reader thread that drains its events ring (it spins briefly, then
-// sleeps on an eventfd); callbacks given to submit() run on that thread and
+// sleeps on its wake-up socket); callbacks given to submit() run on that thread and
 // must not block for long. Blocking consumption (stream::next) wakes the
 // caller from that thread.
 //
@@ -61,6 +61,8 @@ enum class errc : int {
   server_busy = 13,       ///< the daemon serves its maximum number of clients
   shutting_down = 14,     ///< the daemon is draining or stopping
   internal = 15,
+  model_failed = 16,      ///< the model failed (its scheduler stopped) and serves nothing
+  busy = 17,              ///< an admission limit is reached: retry later (the message says when)
 };
 
 /// Stable lower-case name, e.g. "daemon_not_running".

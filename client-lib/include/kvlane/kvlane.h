@@ -45,7 +45,9 @@ typedef enum kvlane_status {
   KVLANE_TOO_MANY_REQUESTS = 12,
   KVLANE_SERVER_BUSY = 13,
   KVLANE_SHUTTING_DOWN = 14,
-  KVLANE_INTERNAL = 15
+  KVLANE_INTERNAL = 15,
+  KVLANE_MODEL_FAILED = 16,
+  KVLANE_BUSY = 17
 } kvlane_status;
 
 typedef enum kvlane_end_reason {

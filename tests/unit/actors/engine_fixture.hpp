@@ -95,9 +95,11 @@ public:
   /// Two CAF worker threads, as on the smallest box the daemon targets.
   static constexpr std::uint32_t worker_threads = 2;
 
-  explicit engine_fixture(const actors::engine_config& cfg, actors::completion_hook on_complete = {})
+  explicit engine_fixture(const actors::engine_config& cfg, actors::completion_hook on_complete = {},
+                          actors::failure_hook on_failure = {})
     : system_(configure(caf_cfg_, worker_threads)) {
-    auto e = actors::engine::create(system_, cfg, log.observer(), std::move(on_complete));
+    auto e = actors::engine::create(system_, cfg, log.observer(), std::move(on_complete),
+                                    std::move(on_failure));
     REQUIRE_MESSAGE(e.has_value(), (e ? std::string{} : e.error()));
     engine = std::move(*e);
   }

@@ -5,6 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <caf/send.hpp>
+#include <condition_variable>
+#include <mutex>
 
 using namespace kvlane;
 using namespace std::chrono_literals;
@@ -144,4 +147,69 @@ TEST_CASE("engine: a backend call running past the limit is reported as stuck") 
   CHECK(sut.engine->stuck_call(1h).empty());
   s->cancel();
   REQUIRE(s->collect(10s).has_value());
+}
+
+TEST_CASE("engine: a scheduler that throws ends its model's streams with an error, its model refuses submits, other models serve on") {
+  auto cfg = test::small_config(scheduler_mode::overlap);
+  auto other = cfg.models.front();
+  other.name = "other";
+  cfg.models.push_back(other);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<std::string, std::string>> failures;
+  engine_fixture sut{cfg, {}, [&](std::string_view model, std::string_view why) {
+                       {
+                         std::lock_guard lock{mu};
+                         failures.emplace_back(model, why);
+                       }
+                       cv.notify_all();
+                     }};
+  auto a = *sut.engine->submit(request("alice", 400));
+  auto b = *sut.engine->submit(request("bob", 400));
+  auto other_request = request("carol", 40);
+  other_request.model = "other";
+  auto c = *sut.engine->submit(other_request);
+  REQUIRE(a->next(10s).has_value());
+  REQUIRE(b->next(10s).has_value());
+
+  caf::anon_send(sut.engine->find_model("tiny")->scheduler, actors::crash_atom::value,
+                 std::string{"injected scheduler fault"});
+
+  for (auto* s : {&a, &b}) {
+    auto all = (*s)->collect(10s);
+    REQUIRE(all.has_value());
+    REQUIRE(all->end.has_value());
+    CHECK(all->end->reason == end_reason::error);
+    CAPTURE(all->end->message);
+    CHECK(all->end->message.find("model 'tiny' failed") != std::string::npos);
+    CHECK(all->end->message.find("injected scheduler fault") != std::string::npos);
+  }
+  {
+    std::unique_lock lock{mu};
+    REQUIRE(cv.wait_for(lock, 10s, [&] { return !failures.empty(); }));
+    CHECK(failures.size() == 1);
+    CHECK(failures[0].first == "tiny");
+    CHECK(failures[0].second.find("injected scheduler fault") != std::string::npos);
+  }
+  auto refused = sut.engine->submit(request("dave", 10));
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().code == actors::submit_errc::model_failed);
+  CAPTURE(refused.error().message);
+  CHECK(refused.error().message.find("model 'tiny' failed and accepts no requests") != std::string::npos);
+  CHECK(refused.error().message.find("injected scheduler fault") != std::string::npos);
+
+  const auto listed = sut.engine->failures();
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].model == "tiny");
+  auto st = sut.engine->stats("tiny");
+  REQUIRE(st.has_value());
+  CHECK(st->failed_model);
+  CHECK(st->failure.find("injected scheduler fault") != std::string::npos);
+  CHECK_FALSE(sut.stats("other").failed_model);
+
+  auto done = c->collect(20s);
+  REQUIRE(done.has_value());
+  REQUIRE(done->end.has_value());
+  CHECK(done->end->reason == end_reason::length);
+  CHECK(done->tokens.size() == 40);
 }

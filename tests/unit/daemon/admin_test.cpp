@@ -1,6 +1,7 @@
 // The admin protocol: commands on a live engine, and the socket transport.
 #include "daemon/admin_commands.hpp"
 #include "daemon/admin_server.hpp"
+#include "tests/support/skip.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/unit/actors/engine_fixture.hpp"
 
@@ -187,10 +188,7 @@ TEST_CASE("admin_server: answers each line, survives an over-long line, keeps th
 }
 
 TEST_CASE("admin_server: refuses a user outside the admin policy") {
-  if (::geteuid() != 0) {
-    MESSAGE("skipped: needs root to connect as another user");
-    return;
-  }
+  KVLANE_SKIP_UNLESS_ROOT("connects as another user");
   server_fixture f{closed_policy()};
   ::chmod(f.dir.path().c_str(), 0755);
   ::chmod(f.sut->path().c_str(), 0666); // let the socket open, so the policy decides

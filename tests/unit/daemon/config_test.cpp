@@ -116,6 +116,11 @@ void check_same(const config& a, const config& b) {
   CHECK(a.clients.max_backlog_records == b.clients.max_backlog_records);
   CHECK(a.clients.spin_us == b.clients.spin_us);
   CHECK(a.clients.hello_timeout == b.clients.hello_timeout);
+  CHECK(a.clients.max_pending == b.clients.max_pending);
+  CHECK(a.clients.max_clients_per_user == b.clients.max_clients_per_user);
+  CHECK(a.clients.max_requests_per_user == b.clients.max_requests_per_user);
+  CHECK(a.clients.max_live_sequences == b.clients.max_live_sequences);
+  CHECK(a.clients.busy_retry == b.clients.busy_retry);
 }
 
 std::string temp_path(std::string_view name) {
@@ -166,6 +171,7 @@ TEST_CASE("config: a minimal file yields every documented default") {
     CHECK(f->fail_nth == 0);
     CHECK(f->fail_rate == 0.0);
     CHECK(f->code == backend_errc::device_failure);
+    CHECK(f->crash_nth == 0);
   }
 
   CHECK(sut.scheduler.mode == scheduler_mode::overlap);
@@ -198,6 +204,11 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.http.max_header_bytes == 16'384);
   CHECK(sut.http.idle_timeout == std::chrono::milliseconds(60000));
   CHECK(sut.http.header_timeout == std::chrono::milliseconds(10000));
+  CHECK(sut.clients.max_pending == 64);
+  CHECK(sut.clients.max_clients_per_user == 16);
+  CHECK(sut.clients.max_requests_per_user == 1024);
+  CHECK(sut.clients.max_live_sequences == 4096);
+  CHECK(sut.clients.busy_retry == std::chrono::milliseconds(200));
 }
 
 TEST_CASE("config: the shipped etc/kvlane.toml parses to exactly the defaults") {
@@ -278,6 +289,11 @@ events_ring_records = 4096
 max_backlog_records = 100
 spin_us = 0
 hello_timeout_ms = 500
+max_pending = 7
+max_clients_per_user = 3
+max_requests_per_user = 40
+max_live_sequences = 90
+busy_retry_ms = 1500
 [admin]
 socket_mode = 0o660
 allow_users = ["root", 1002]
@@ -340,6 +356,11 @@ listen = "[::1]:9464"
   CHECK(sut.clients.max_backlog_records == 100);
   CHECK(sut.clients.spin_us == 0);
   CHECK(sut.clients.hello_timeout == std::chrono::milliseconds(500));
+  CHECK(sut.clients.max_pending == 7);
+  CHECK(sut.clients.max_clients_per_user == 3);
+  CHECK(sut.clients.max_requests_per_user == 40);
+  CHECK(sut.clients.max_live_sequences == 90);
+  CHECK(sut.clients.busy_retry == std::chrono::milliseconds(1500));
   CHECK(sut.daemon.shutdown_grace == std::chrono::milliseconds(0));
   CHECK(sut.admin.socket_mode == 0660);
   CHECK(sut.admin.allow_users == std::vector<std::string>{"root", "1002"});

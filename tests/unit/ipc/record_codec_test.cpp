@@ -54,7 +54,7 @@ TEST_CASE("record_codec: fields are little-endian at their documented offsets") 
   record_bytes b;
   encode(sample_submit(), b);
   CHECK(std::to_integer<int>(b[0]) == 1);  // type submit
-  CHECK(std::to_integer<int>(b[1]) == 1);  // version
+  CHECK(std::to_integer<int>(b[1]) == 2);  // version
   CHECK(std::to_integer<int>(b[2]) == 240); // body_len low byte
   CHECK(std::to_integer<int>(b[8]) == 42); // request id, LSB first
   CHECK(std::to_integer<int>(b[36]) == 100); // max_tokens
