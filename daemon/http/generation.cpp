@@ -63,6 +63,12 @@ api_error from_submit_error(const actors::submit_error& e, std::string_view prom
       out.code = std::string{actors::to_string(e.code)};
       out.retry_after = 5;
       break;
+    case actors::submit_errc::model_failed: // the daemon exits 70 and systemd restarts it
+      out.status = 503;
+      out.type = "server_error";
+      out.code = std::string{actors::to_string(e.code)};
+      out.retry_after = 10;
+      break;
   }
   return out;
 }
