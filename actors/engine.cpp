@@ -35,6 +35,18 @@ std::string_view to_string(submit_errc e) noexcept {
   return "unknown";
 }
 
+namespace {
+
+// Retained KV may hold this share of the store (0 in mode off: none at all).
+std::uint64_t retained_share_bytes(const engine_config& cfg) {
+  if (cfg.reuse.mode != reuse_mode::store)
+    return 0;
+  return static_cast<std::uint64_t>(cfg.reuse.store_share
+                                    * static_cast<double>(cfg.store.max_bytes));
+}
+
+} // namespace
+
 engine::engine(caf::actor_system& sys, std::shared_ptr<ipc::snapshot_store> store)
   : sys_(sys), store_(std::move(store)) {}
 
@@ -58,6 +70,7 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
     return unexpected(fmt::format("snapshot store: {}", arena.error().message));
   ipc::store_options so;
   so.limit_bytes = cfg.store.max_bytes;
+  so.retained_limit_bytes = retained_share_bytes(cfg);
   auto store = ipc::snapshot_store::create(std::move(*arena), so);
   if (!store)
     return unexpected(fmt::format("snapshot store: {}", store.error().message));

@@ -9,6 +9,7 @@
 // own sections; tools and tests build it directly.
 
 #include "actors/policy.hpp"
+#include "actors/reuse_policy.hpp"
 #include "backends/backend_config.hpp"
 
 #include <cstdint>
@@ -35,6 +36,7 @@ struct store_config {
 struct engine_config {
   std::vector<model_config> models;
   scheduler_policy scheduler;
+  reuse_policy reuse;
   store_config store;
 };
 
