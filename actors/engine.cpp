@@ -110,6 +110,7 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
     setup.backend = e.backend;
     setup.store = shared_store;
     setup.policy = cfg.scheduler;
+    setup.reuse = cfg.reuse;
     setup.observer = observer;
     e.compute_heartbeat = std::make_shared<lane_heartbeat>();
     e.transfer_heartbeat = std::make_shared<lane_heartbeat>();
@@ -190,6 +191,7 @@ engine::prepare(submit_request& req) {
   sub->id = next_id_.fetch_add(1);
   sub->client = std::move(req.client);
   sub->priority = req.priority;
+  sub->owner = req.owner;
   sub->sampling = std::move(req.sampling);
   return std::pair{m, std::move(sub)};
 }
@@ -243,6 +245,19 @@ std::string engine::stuck_call(std::chrono::nanoseconds limit) const {
                            lane, (now - since) / 1'000'000);
     }
   return {};
+}
+
+bool engine::update_reuse(const actors::reuse_policy& reuse, std::chrono::milliseconds timeout) {
+  engine_config share;
+  share.reuse = reuse;
+  share.store.max_bytes = store_->limit();
+  store_->set_retained_limit(retained_share_bytes(share));
+  bool ok = true;
+  caf::scoped_actor self{sys_};
+  for (auto& m : models_)
+    self->request(m.scheduler, timeout, reuse_atom::value, reuse)
+      .receive([](bool) {}, [&](caf::error&) { ok = false; });
+  return ok;
 }
 
 bool engine::update_policy(const actors::scheduler_policy& policy,

@@ -1,21 +1,10 @@
 #include "actors/prefix_index.hpp"
 
+#include "common/random.hpp"
+
 #include <algorithm>
 
 namespace kvlane::actors {
-
-namespace {
-
-constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
-
-} // namespace
 
 prefix_index::prefix_index(std::uint32_t block_tokens) : block_(std::max<std::uint32_t>(block_tokens, 1)) {}
 

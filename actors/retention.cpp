@@ -43,12 +43,11 @@ std::optional<retained_id> retention::retain(prefix_scope scope,
 
 std::optional<retained_match> retention::match(prefix_scope scope,
                                                std::span<const backends::token_id> prompt,
-                                               std::uint32_t max_length,
-                                               std::chrono::steady_clock::time_point now) {
+                                               std::uint32_t max_length) const {
   const auto m = index_.longest_match(scope, prompt, max_length);
   if (!m || m->length < min_prefix_)
     return std::nullopt;
-  auto& e = entries_.at(m->entry);
+  const auto& e = entries_.at(m->entry);
   retained_match out;
   out.entry = e.id;
   out.length = m->length;
@@ -60,9 +59,14 @@ std::optional<retained_match> retention::match(prefix_scope scope,
   }
   if (!out.slot && !out.snapshot)
     return std::nullopt; // only a dump in flight: nothing to take yet
-  ++e.hits;
-  e.last_use = now;
   return out;
+}
+
+void retention::use(retained_id id, std::chrono::steady_clock::time_point now) {
+  if (const auto it = entries_.find(id); it != entries_.end()) {
+    ++it->second.hits;
+    it->second.last_use = now;
+  }
 }
 
 void retention::slot_released(retained_id id) {

@@ -85,10 +85,12 @@ public:
                                     std::vector<superseded>& dropped);
 
   /// The longest reusable prefix of `prompt` in `scope`, at most max_length
-  /// tokens, at least the minimum. Counts a hit and refreshes the entry.
+  /// tokens, at least the minimum.
   std::optional<retained_match> match(prefix_scope scope, std::span<const backends::token_id> prompt,
-                                      std::uint32_t max_length,
-                                      std::chrono::steady_clock::time_point now);
+                                      std::uint32_t max_length) const;
+
+  /// Records that `id` served a request: counts a hit, refreshes its last use.
+  void use(retained_id id, std::chrono::steady_clock::time_point now);
 
   /// The warm copy of `id` is gone (its slot was taken or reclaimed). The
   /// entry goes too unless it has a stored copy or a dump in flight.

@@ -38,29 +38,32 @@ TEST_CASE("retention: a finished turn is found warm, then stored after its dump,
   CHECK(dropped.empty());
   const auto turn2 = concat(turn1, run(10, 900));
 
-  auto m = sut.match(alice, turn2, static_cast<std::uint32_t>(turn2.size() - 1), t0 + 1s);
+  auto m = sut.match(alice, turn2, static_cast<std::uint32_t>(turn2.size() - 1));
   REQUIRE(m.has_value());
   CHECK(m->entry == *id);
   CHECK(m->length == 40);
   REQUIRE(m->slot.has_value());
   CHECK(*m->slot == 3);
   CHECK_FALSE(m->snapshot.has_value());
-  CHECK_FALSE(sut.match(bob, turn2, 49, t0).has_value());
+  CHECK_FALSE(sut.match(bob, turn2, 49).has_value());
 
   // The slot is needed: a dump starts; meanwhile there is nothing to take.
   sut.dump_started(*id);
   CHECK_FALSE(sut.coldest_warm().has_value());
-  CHECK_FALSE(sut.match(alice, turn2, 49, t0).has_value());
+  CHECK_FALSE(sut.match(alice, turn2, 49).has_value());
   REQUIRE(sut.dump_finished(*id, snapshot_handle{4, 1}));
-  m = sut.match(alice, turn2, 49, t0 + 2s);
+  m = sut.match(alice, turn2, 49);
   REQUIRE(m.has_value());
   CHECK_FALSE(m->slot.has_value());
   REQUIRE(m->snapshot.has_value());
   CHECK(*m->snapshot == snapshot_handle{4, 1});
   CHECK(m->snapshot_len == 40);
   // Reuse from the store does not consume the entry.
-  CHECK(sut.match(alice, turn2, 49, t0 + 3s).has_value());
-  CHECK(sut.find(*id)->hits == 3);
+  sut.use(*id, t0 + 2s);
+  sut.use(*id, t0 + 3s);
+  CHECK(sut.match(alice, turn2, 49).has_value());
+  CHECK(sut.find(*id)->hits == 2);
+  CHECK(sut.find(*id)->last_use == t0 + 3s);
   CHECK(sut.by_snapshot(snapshot_handle{4, 1}) == id);
 }
 
@@ -126,9 +129,9 @@ TEST_CASE("retention: short entries and short matches are below the minimum pref
   REQUIRE(a);
   auto prompt = run(24);
   prompt.push_back(7777);
-  CHECK_FALSE(sut.match(alice, prompt, 25, t0).has_value());
+  CHECK_FALSE(sut.match(alice, prompt, 25).has_value());
   sut.set_min_prefix(16);
-  CHECK(sut.match(alice, prompt, 25, t0).has_value());
+  CHECK(sut.match(alice, prompt, 25).has_value());
 }
 
 TEST_CASE("retention: the coldest warm entry and idle entries by last use") {
@@ -140,7 +143,9 @@ TEST_CASE("retention: the coldest warm entry and idle entries by last use") {
   CHECK(sut.coldest_warm() == a);
   // Using a makes b the coldest.
   auto prompt = run(17, 1);
-  REQUIRE(sut.match(alice, prompt, 16, t0 + 3s));
+  const auto used = sut.match(alice, prompt, 16);
+  REQUIRE(used);
+  sut.use(used->entry, t0 + 3s);
   CHECK(sut.coldest_warm() == b);
   CHECK(sut.idle_since(t0 + 3500ms, 1s) == std::vector<retained_id>{*b, *c});
   CHECK(sut.idle_since(t0 + 3500ms, 0ms).empty());
