@@ -36,6 +36,18 @@ std::string_view to_string(submit_errc e) noexcept {
   return "unknown";
 }
 
+namespace {
+
+// Retained KV may hold this share of the store (0 in mode off: none at all).
+std::uint64_t retained_share_bytes(const engine_config& cfg) {
+  if (cfg.reuse.mode != reuse_mode::store)
+    return 0;
+  return static_cast<std::uint64_t>(cfg.reuse.store_share
+                                    * static_cast<double>(cfg.store.max_bytes));
+}
+
+} // namespace
+
 engine::engine(caf::actor_system& sys, std::shared_ptr<ipc::snapshot_store> store)
   : sys_(sys), store_(std::move(store)) {}
 
@@ -60,6 +72,7 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
     return unexpected(fmt::format("snapshot store: {}", arena.error().message));
   ipc::store_options so;
   so.limit_bytes = cfg.store.max_bytes;
+  so.retained_limit_bytes = retained_share_bytes(cfg);
   auto store = ipc::snapshot_store::create(std::move(*arena), so);
   if (!store)
     return unexpected(fmt::format("snapshot store: {}", store.error().message));
@@ -99,6 +112,7 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
     setup.backend = e.backend;
     setup.store = shared_store;
     setup.policy = cfg.scheduler;
+    setup.reuse = cfg.reuse;
     setup.observer = observer;
     e.compute_heartbeat = std::make_shared<lane_heartbeat>();
     e.transfer_heartbeat = std::make_shared<lane_heartbeat>();
@@ -188,6 +202,7 @@ engine::prepare(submit_request& req) {
   sub->id = next_id_.fetch_add(1);
   sub->client = std::move(req.client);
   sub->priority = req.priority;
+  sub->owner = req.owner;
   sub->sampling = std::move(req.sampling);
   return std::pair{m, std::move(sub)};
 }
@@ -242,6 +257,19 @@ std::string engine::stuck_call(std::chrono::nanoseconds limit) const {
                            lane, (now - since) / 1'000'000);
     }
   return {};
+}
+
+bool engine::update_reuse(const actors::reuse_policy& reuse, std::chrono::milliseconds timeout) {
+  engine_config share;
+  share.reuse = reuse;
+  share.store.max_bytes = store_->limit();
+  store_->set_retained_limit(retained_share_bytes(share));
+  bool ok = true;
+  caf::scoped_actor self{sys_};
+  for (auto& m : models_)
+    self->request(m.scheduler, timeout, reuse_atom::value, reuse)
+      .receive([](bool) {}, [&](caf::error&) { ok = false; });
+  return ok;
 }
 
 bool engine::update_policy(const actors::scheduler_policy& policy,

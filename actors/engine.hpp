@@ -12,7 +12,7 @@
 // cancels and reloads through it), by tests and by benchmarks.
 //
 // Threading: submit(), cancel(), list(), stats(), store_stats(),
-// update_policy() and set_admitting() are thread-safe. shutdown() and the
+// update_policy(), update_reuse() and set_admitting() are thread-safe. shutdown() and the
 // destructor run on the owner's thread; after shutdown() every submit() fails
 // with shutting_down.
 
@@ -37,6 +37,9 @@ namespace kvlane::actors {
 struct submit_request {
   std::string model;
   std::string client = "local";
+  /// Who may reuse this request's KV (reuse scope "user"): the app's peer uid
+  /// for IPC requests; in-process callers pick their own.
+  std::uint64_t owner = 0;
   priority_class priority = priority_class::interactive;
   std::string prompt_text;            ///< encoded with the model's tokenizer, after BOS
   std::vector<token_id> prompt_tokens; ///< used as is when prompt_text is empty
@@ -124,6 +127,11 @@ public:
   /// false if a scheduler did not confirm within `timeout`.
   bool update_policy(const actors::scheduler_policy& policy,
                      std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  /// Applies new reuse knobs to every model and the retained share to the
+  /// store. Returns false if a scheduler did not confirm within `timeout`.
+  bool update_reuse(const actors::reuse_policy& reuse,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   /// Describes the first backend call that has been running longer than
   /// `limit` (a hung device), or returns an empty string.

@@ -9,6 +9,7 @@
 // own sections; tools and tests build it directly.
 
 #include "actors/policy.hpp"
+#include "actors/reuse_policy.hpp"
 #include "backends/backend_config.hpp"
 #include "backends/chat_format.hpp"
 
@@ -38,6 +39,7 @@ struct store_config {
 struct engine_config {
   std::vector<model_config> models;
   scheduler_policy scheduler;
+  reuse_policy reuse;
   store_config store;
 };
 

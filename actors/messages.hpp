@@ -81,6 +81,8 @@ struct transfer_job {
   std::uint64_t generation = 0;
   ipc::snapshot_handle snapshot;
   std::span<std::byte> destination; ///< dump only: the reserved bytes
+  std::uint64_t retained = 0;       ///< dump of a retained entry (its id), not of a sequence
+  bool keep_snapshot = false;       ///< load of a retained snapshot: reuse does not consume it
 };
 
 struct transfer_done {
@@ -101,6 +103,7 @@ using transfer_done_ptr = std::shared_ptr<transfer_done>;
 struct submission {
   seq_id id = 0;
   std::string client;
+  std::uint64_t owner = 0; ///< who may reuse its KV (peer uid)
   priority_class priority = priority_class::interactive;
   std::vector<token_id> prompt;
   sampling_params sampling;

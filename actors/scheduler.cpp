@@ -5,6 +5,7 @@
 #include "actors/lane.hpp"
 #include "actors/mlfq_policy.hpp"
 #include "actors/overlap_meter.hpp"
+#include "actors/retention.hpp"
 #include "actors/slot_planner.hpp"
 #include "actors/step_composer.hpp"
 #include "common/elapsed.hpp"
@@ -26,6 +27,17 @@ using actors::scheduler_mode;
 
 constexpr std::uint32_t max_step_failures = 3;
 
+/// Token block of the prefix index: matches are exact to the token (the index
+/// extends them past the last full block), so the block only sets the
+/// shortest findable prefix and the index's size (one key per 16 tokens).
+constexpr std::uint32_t reuse_block_tokens = 16;
+
+/// The owner of every entry when reuse is widened to all users (uids are 32-bit).
+constexpr std::uint64_t shared_owner = ~std::uint64_t{0};
+
+/// Stands for "a retained entry" in the owners the slot planner sees.
+constexpr seq_id retained_owner = 0;
+
 /// The scheduler's note to itself: plan the submits that arrived in a burst.
 using replan_atom = caf::atom_constant<caf::atom("replan")>;
 
@@ -44,6 +56,7 @@ seq_phase phase_of(kv_state s) {
 struct sequence {
   seq_id id = 0;
   std::string client;
+  std::uint64_t owner = 0;
   caf::actor session;
   std::vector<token_id> tokens; ///< prompt, then generated tokens
   std::uint32_t prompt_len = 0;
@@ -59,10 +72,11 @@ struct sequence {
   mlfq_position position;
   std::uint32_t step_failures = 0;
   std::uint32_t preemptions = 0;
+  std::uint32_t reuse_len = 0; ///< loading a retained snapshot: roll back to this length
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
 
   explicit sequence(const submission& s)
-    : id(s.id), client(s.client), tokens(s.prompt),
+    : id(s.id), client(s.client), owner(s.owner), tokens(s.prompt),
       prompt_len(static_cast<std::uint32_t>(s.prompt.size())), smp(s.sampling) {}
 };
 
@@ -95,6 +109,12 @@ struct scheduler_state {
   bool plan_stale = false;    ///< submits arrived since the last plan
 
   overlap_meter overlap; ///< how much transfer time the steps hid
+
+  reuse_policy reuse;
+  retention retained{reuse_block_tokens, 1};
+  std::vector<std::optional<retained_id>> warm; ///< per slot: the retained entry warm in it
+  std::uint32_t retained_dumps_in_flight = 0;
+  clock::time_point last_expiry_check;
 };
 
 using scheduler_actor = caf::stateful_actor<scheduler_state>;
@@ -205,7 +225,7 @@ public:
         continue; // a prefill chunk that is not the last one
       auto tok = s->smp.sample(done.out.row(i));
       if (s->smp.is_stop(tok)) {
-        release_slot(*s);
+        retain_or_release(*s);
         finish(*s, end_reason::stop, {});
         continue;
       }
@@ -214,7 +234,7 @@ public:
       ++st_.stats.tokens_generated;
       self_->send(s->session, tokens_atom::value, std::vector<token_id>{tok});
       if (s->generated >= s->smp.params().max_tokens) {
-        release_slot(*s);
+        retain_or_release(*s);
         finish(*s, end_reason::length, {});
       }
     }
@@ -232,6 +252,11 @@ public:
     auto* store = st_.setup.store.get();
 
     (done.job.kind == transfer_kind::dump ? st_.stats.dump_ms_total : st_.stats.load_ms_total) += ms;
+    if (done.job.kind == transfer_kind::dump && done.job.retained != 0) {
+      on_retained_dump_done(done, bytes, ms);
+      schedule();
+      return;
+    }
     if (done.job.kind == transfer_kind::dump) {
       ++st_.stats.dumps;
       if (!s) {
@@ -258,9 +283,14 @@ public:
     } else {
       ++st_.stats.loads;
       (void)store->unpin(done.job.snapshot);
-      (void)store->free(done.job.snapshot);
-      if (!s)
+      if (!done.job.keep_snapshot)
+        (void)store->free(done.job.snapshot);
+      else if (done.corrupt)
+        forget_retained_snapshot(done.job.snapshot);
+      if (!s) {
+        schedule();
         return;
+      }
       s->snapshot = {};
       if (done.error) {
         ++st_.stats.load_failures;
@@ -271,8 +301,15 @@ public:
         ++st_.stats.recomputes;
       } else {
         st_.costs.observe_load(bytes, ms);
-        s->kv_len = done.job.cache_len;
+        // A retained snapshot may cover more than the prompt shares with it:
+        // roll back to the match and prefill the rest.
+        s->kv_len = done.job.keep_snapshot ? s->reuse_len : done.job.cache_len;
+        if (done.job.keep_snapshot) {
+          ++st_.stats.reuse_hits;
+          st_.stats.reused_tokens += s->reuse_len;
+        }
       }
+      s->reuse_len = 0;
       set_state(*s, kv_state::resident);
       if (s->cancelled) {
         release_slot(*s);
@@ -284,8 +321,16 @@ public:
 
   void reschedule() { schedule(); }
 
+  void apply_reuse(const reuse_policy& p) {
+    st_.reuse = p;
+    st_.retained.set_min_prefix(p.min_prefix_tokens);
+    if (p.mode == reuse_mode::off)
+      drop_all_retained();
+  }
+
   void on_shutdown(const std::string& why) {
     st_.shutting_down = true;
+    drop_all_retained();
     std::vector<seq_id> ids;
     for (auto& [id, s] : st_.seqs)
       ids.push_back(id);
@@ -361,6 +406,9 @@ public:
     out.step_per_token_ms = st_.costs.step_per_token_ms().value_or(0);
     out.dump_ms = st_.costs.dump_ms(full).value_or(0);
     out.load_ms = st_.costs.load_ms(full).value_or(0);
+    out.retained = static_cast<std::uint32_t>(st_.retained.size());
+    for (auto& w : st_.warm)
+      out.retained_warm += w.has_value();
     return out;
   }
 
@@ -445,6 +493,265 @@ private:
     s.slot = slot;
   }
 
+  // -- conversations: retention and reuse (docs/scheduling.md) -------------------
+
+  prefix_scope scope_of(std::uint64_t owner) const {
+    return {st_.info.identity, st_.reuse.scope == reuse_scope::all ? shared_owner : owner};
+  }
+
+  /// How many of the ranked sequences the planner will want in slots.
+  std::size_t target_size() const {
+    const auto slots = st_.info.slots;
+    if (st_.mode == scheduler_mode::fcfs || slots == 0)
+      return slots;
+    return std::max(1u, slots - std::min(st_.spare, slots - 1));
+  }
+
+  std::uint32_t spare_wanted() const {
+    const auto slots = st_.info.slots;
+    if (st_.mode == scheduler_mode::fcfs || slots == 0)
+      return 0;
+    return std::min(st_.spare, slots - 1);
+  }
+
+  /// A request that ended normally leaves its KV warm in its slot.
+  void retain_or_release(sequence& s) {
+    if (st_.reuse.mode == reuse_mode::off || !s.slot || st_.shutting_down) {
+      release_slot(s);
+      return;
+    }
+    const slot_id slot = *s.slot;
+    std::vector<superseded> dropped;
+    const auto id = st_.retained.retain(scope_of(s.owner), std::span(s.tokens).first(s.kv_len),
+                                        slot, {}, clock::now(), dropped);
+    for (const auto& d : dropped)
+      discard(d.slot, d.snapshot, d.dumping);
+    release_slot(s);
+    if (id)
+      st_.warm[slot] = *id;
+  }
+
+  /// Frees what a removed entry held. A slot being dumped stays held until
+  /// the dump ends (on_retained_dump_done frees its snapshot then).
+  void discard(std::optional<slot_id> slot, std::optional<ipc::snapshot_handle> snapshot,
+               bool dumping) {
+    if (snapshot)
+      (void)st_.setup.store->free(*snapshot);
+    if (slot && !dumping)
+      st_.warm[*slot].reset();
+  }
+
+  void drop_all_retained() {
+    for (const auto id : st_.retained.ids())
+      if (auto e = st_.retained.erase(id))
+        discard(e->slot, e->snapshot, e->dumping);
+  }
+
+  void expire_idle() {
+    if (st_.reuse.idle_ttl_s == 0)
+      return;
+    const auto now = clock::now();
+    if (now - st_.last_expiry_check < std::chrono::seconds(1))
+      return;
+    st_.last_expiry_check = now;
+    for (const auto id : st_.retained.idle_since(now, std::chrono::seconds(st_.reuse.idle_ttl_s)))
+      if (auto e = st_.retained.erase(id)) {
+        discard(e->slot, e->snapshot, e->dumping);
+        ++st_.stats.retained_expired;
+      }
+  }
+
+  std::optional<retained_match> find_reusable(const sequence& s) const {
+    if (st_.reuse.mode == reuse_mode::off || s.tokens.size() < 2)
+      return std::nullopt;
+    // The last prompt token is always prefilled: its logits give the next token.
+    return st_.retained.match(scope_of(s.owner), s.tokens,
+                              static_cast<std::uint32_t>(s.tokens.size() - 1));
+  }
+
+  /// Moves `s` into the warm slot of `m`, rolled back to the match.
+  void take_warm(sequence& s, const retained_match& m) {
+    const slot_id slot = *m.slot;
+    st_.retained.use(m.entry, clock::now());
+    st_.warm[slot].reset();
+    st_.retained.slot_released(m.entry);
+    take_slot(s, slot);
+    s.kv_len = m.length;
+    ++st_.stats.reuse_hits;
+    ++st_.stats.reuse_warm_hits;
+    st_.stats.reused_tokens += m.length;
+    set_state(s, kv_state::resident);
+  }
+
+  // Queued sequences whose prefix sits warm in a slot take that slot now,
+  // before any warm slot is reclaimed: the KV they need is already on the
+  // device. One outside the target is then an ordinary resident the planner
+  // may preempt (a swap keeps its KV as a parked sequence's, worth more than
+  // a retained one's).
+  void take_warm_hits(const std::vector<sequence*>& order) {
+    if (st_.reuse.mode == reuse_mode::off)
+      return;
+    for (auto* seq : order) {
+      auto& s = *seq;
+      if (s.state != kv_state::queued)
+        continue;
+      if (auto m = find_reusable(s); m && m->slot)
+        take_warm(s, *m);
+    }
+  }
+
+  // Warm slots go before any live sequence is evicted: for every target
+  // sequence without a slot and for the spare. With a store and an idle lane
+  // the coldest warm entry is dumped (its slot frees when the dump ends);
+  // otherwise, when a sequence needs the slot now, it is dropped.
+  void reclaim_warm(const std::vector<sequence*>& order) {
+    std::uint32_t waiting = 0;
+    for (std::size_t i = 0; i < order.size() && i < target_size(); ++i)
+      waiting += order[i]->state == kv_state::queued || order[i]->state == kv_state::parked;
+    std::uint32_t free = 0;
+    for (slot_id i = 0; i < st_.slot_owner.size(); ++i)
+      free += !st_.slot_owner[i] && !st_.warm[i];
+    std::uint32_t promised = slots_being_freed() + st_.retained_dumps_in_flight;
+    while (free + promised < waiting + spare_wanted()) {
+      const auto coldest = st_.retained.coldest_warm();
+      if (!coldest)
+        return;
+      if (st_.reuse.mode == reuse_mode::store && transfers_pending() == 0
+          && dump_retained(*coldest)) {
+        ++promised;
+        continue;
+      }
+      drop_warm(*coldest);
+      ++free;
+    }
+  }
+
+  void drop_warm(retained_id id) {
+    const auto* e = st_.retained.find(id);
+    if (e == nullptr || !e->slot)
+      return;
+    st_.warm[*e->slot].reset();
+    st_.retained.slot_released(id);
+    ++st_.stats.retained_dropped;
+  }
+
+  bool dump_retained(retained_id id) {
+    const auto* e = st_.retained.find(id);
+    if (e == nullptr || !e->slot)
+      return false;
+    ipc::snapshot_meta meta;
+    meta.model_identity = st_.info.identity;
+    meta.model_index = st_.setup.model_index;
+    meta.cache_len = e->kv_len;
+    meta.generation = 1;
+    meta.sequence_id = id;
+    meta.retained = true;
+    auto r = st_.setup.store->reserve(meta, st_.setup.backend->snapshot_size(e->kv_len));
+    if (!r)
+      return false; // the retained share is taken by more valuable entries
+    forget_evicted(r->evicted);
+    st_.retained.dump_started(id);
+    ++st_.retained_dumps_in_flight;
+    ++st_.stats.retained_dumps;
+    auto job = std::make_shared<transfer_job>();
+    job->kind = transfer_kind::dump;
+    job->slot = *e->slot;
+    job->cache_len = e->kv_len;
+    job->generation = meta.generation;
+    job->snapshot = r->handle;
+    job->destination = r->bytes;
+    job->retained = id;
+    send_transfer(std::move(job));
+    return true;
+  }
+
+  void on_retained_dump_done(const transfer_done& done, std::uint64_t bytes, double ms) {
+    ++st_.stats.dumps;
+    --st_.retained_dumps_in_flight;
+    st_.warm[done.job.slot].reset();
+    if (done.error) {
+      ++st_.stats.dump_failures;
+      st_.log->warn("model '{}': retained KV {} could not be stored: {}", st_.setup.model,
+                    done.job.retained, *done.error);
+      (void)st_.setup.store->free(done.job.snapshot);
+      st_.retained.dump_finished(done.job.retained, std::nullopt);
+      return;
+    }
+    st_.costs.observe_dump(bytes, ms);
+    if (!st_.retained.dump_finished(done.job.retained, done.job.snapshot))
+      (void)st_.setup.store->free(done.job.snapshot); // superseded or dropped meanwhile
+  }
+
+  void forget_retained_snapshot(ipc::snapshot_handle h) {
+    if (const auto id = st_.retained.by_snapshot(h)) {
+      if (auto e = st_.retained.erase(*id))
+        discard(e->slot, e->snapshot, e->dumping);
+      ++st_.stats.retained_lost;
+    }
+  }
+
+  // What the store evicted for one of our reservations is gone at once: a
+  // parked sequence of this model will recompute, a retained entry is lost.
+  // (Another model's scheduler learns of its losses when its pin fails.)
+  void forget_evicted(const std::vector<ipc::evicted_snapshot>& evicted) {
+    for (const auto& e : evicted) {
+      if (e.meta.model_index != st_.setup.model_index)
+        continue;
+      if (e.meta.retained) {
+        if (const auto id = st_.retained.by_snapshot(e.handle)) {
+          st_.retained.snapshot_lost(*id);
+          ++st_.stats.retained_lost;
+        }
+        continue;
+      }
+      for (auto& [id, s] : st_.seqs)
+        if (s->state == kv_state::parked && s->snapshot == e.handle) {
+          ++st_.stats.snapshots_lost;
+          drop_kv(*s);
+          break;
+        }
+    }
+  }
+
+  /// A queued sequence just given `s.slot` starts from retained KV if it can:
+  /// a warm slot (this one is handed back), or a stored snapshot loaded when
+  /// the cost model says a load beats prefilling the matched tokens.
+  bool reuse_retained(sequence& s) {
+    const auto m = find_reusable(s);
+    if (!m)
+      return false;
+    if (m->slot) {
+      release_slot(s); // the planner sees the warm slot as held: swapping is safe
+      take_warm(s, *m);
+      return true;
+    }
+    if (!m->snapshot || st_.reuse.mode != reuse_mode::store)
+      return false;
+    // The dump is paid already: only the load counts against the prefill.
+    if (st_.costs.prefer_recompute(m->length, st_.setup.backend->snapshot_size(m->snapshot_len),
+                                   false)) {
+      ++st_.stats.reuse_recomputed;
+      return false;
+    }
+    if (!st_.setup.store->pin(*m->snapshot)) {
+      forget_retained_snapshot(*m->snapshot);
+      return false;
+    }
+    st_.retained.use(m->entry, clock::now());
+    s.reuse_len = m->length;
+    set_state(s, kv_state::loading);
+    auto job = std::make_shared<transfer_job>();
+    job->kind = transfer_kind::load;
+    job->seq = s.id;
+    job->slot = *s.slot;
+    job->cache_len = m->snapshot_len;
+    job->generation = 1;
+    job->snapshot = *m->snapshot;
+    job->keep_snapshot = true;
+    send_transfer(std::move(job));
+    return true;
+  }
+
   /// Live sequences, best first.
   std::vector<sequence*> ranked() const {
     std::vector<sequence*> live;
@@ -519,7 +826,10 @@ private:
   };
 
   void plan_slots() {
+    expire_idle();
     auto order = ranked();
+    take_warm_hits(order);
+    reclaim_warm(order);
     std::vector<slot_candidate> candidates;
     candidates.reserve(order.size());
     for (auto* s : order) {
@@ -528,10 +838,15 @@ private:
         c.recompute_cheaper = would_recompute(*s);
       candidates.push_back(c);
     }
+    // A warm slot is held for the planner; reclaim_warm freed what it needs.
+    std::vector<std::optional<seq_id>> owners = st_.slot_owner;
+    for (slot_id i = 0; i < owners.size(); ++i)
+      if (st_.warm[i])
+        owners[i] = retained_owner;
     slot_plan_input in;
     in.ranked = candidates;
-    in.owners = st_.slot_owner;
-    in.dumping = slots_being_freed();
+    in.owners = owners;
+    in.dumping = slots_being_freed() + st_.retained_dumps_in_flight;
     in.transfers_pending = transfers_pending();
     in.spare_slots = st_.spare;
     in.preemptive = st_.mode != scheduler_mode::fcfs;
@@ -581,6 +896,7 @@ private:
       drop_kv(s);
       return;
     }
+    forget_evicted(r->evicted);
     ++st_.stats.swaps;
     ++s.generation;
     set_state(s, kv_state::dumping);
@@ -599,8 +915,10 @@ private:
   void admit(sequence& s, slot_id slot) {
     take_slot(s, slot);
     if (s.state == kv_state::queued) {
-      set_state(s, kv_state::resident); // prefill (or recompute) from position 0
       s.kv_len = 0;
+      if (reuse_retained(s))
+        return;
+      set_state(s, kv_state::resident); // prefill (or recompute) from position 0
       return;
     }
     // Parked: the snapshot may have been evicted for another model or sequence.
@@ -718,6 +1036,9 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   st.info = setup.backend->info();
   st.mode = setup.policy.mode;
   st.slot_owner.assign(st.info.slots, std::nullopt);
+  st.warm.assign(st.info.slots, std::nullopt);
+  st.reuse = setup.reuse;
+  st.retained.set_min_prefix(setup.reuse.min_prefix_tokens);
   const auto placement = place_transfers(st.mode, st.info.caps.transfer_overlaps_compute);
   st.fallback = placement.fallback;
   st.serialized = placement.on_compute_lane;
@@ -759,6 +1080,17 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
                             self->state.mlfq.knobs().levels, self->state.spare,
                             self->state.max_step_tokens, self->state.mlfq.knobs().aging_steps);
       scheduler_logic{self}.reschedule();
+      return true;
+    },
+    [self](reuse_atom, actors::reuse_policy p) -> bool {
+      scheduler_logic logic{self};
+      logic.catch_up();
+      logic.apply_reuse(p);
+      self->state.log->info("model '{}': reuse updated: mode {}, scope {}, idle ttl {} s, "
+                            "min prefix {} tokens",
+                            self->state.setup.model, to_string(p.mode), to_string(p.scope),
+                            p.idle_ttl_s, p.min_prefix_tokens);
+      logic.reschedule();
       return true;
     },
     [self](list_atom) -> sequence_list_ptr {

@@ -23,6 +23,7 @@
 #include "actors/lane.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy.hpp"
+#include "actors/reuse_policy.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -55,6 +56,7 @@ struct scheduler_setup {
   std::shared_ptr<backends::backend> backend;
   std::shared_ptr<ipc::snapshot_store> store;
   actors::scheduler_policy policy;
+  actors::reuse_policy reuse;
   scheduler_observer observer; ///< optional
   std::shared_ptr<lane_heartbeat> compute_heartbeat;  ///< required
   std::shared_ptr<lane_heartbeat> transfer_heartbeat; ///< required
@@ -83,6 +85,16 @@ struct scheduler_stats {
   double dump_ms = 0, load_ms = 0; ///< cost model for one full snapshot (0 = not yet known)
   bool failed_model = false; ///< set by the engine: the scheduler stopped (figures are its last)
   std::string failure;       ///< why, when failed_model
+  /// Conversation reuse (docs/scheduling.md, "Conversations").
+  std::uint32_t retained = 0, retained_warm = 0; ///< entries kept; of which warm in a slot
+  std::uint64_t reuse_hits = 0;       ///< sequences that started from retained KV
+  std::uint64_t reuse_warm_hits = 0;  ///< of which from a warm slot (the rest loaded a snapshot)
+  std::uint64_t reused_tokens = 0;    ///< prompt tokens they did not prefill
+  std::uint64_t reuse_recomputed = 0; ///< matches the cost model chose to prefill instead of load
+  std::uint64_t retained_dumps = 0;   ///< warm entries dumped to the store to free their slot
+  std::uint64_t retained_dropped = 0; ///< warm entries dropped to free their slot at once
+  std::uint64_t retained_lost = 0;    ///< stored entries evicted by the store or lost
+  std::uint64_t retained_expired = 0; ///< entries dropped by the idle TTL
 };
 
 using scheduler_stats_ptr = std::shared_ptr<const scheduler_stats>;
@@ -113,6 +125,11 @@ caf::actor spawn_scheduler(caf::actor_system& sys, scheduler_setup setup);
 /// live. Replies true.
 using policy_atom = caf::atom_constant<caf::atom("policy")>;
 
+/// Applies new reuse knobs (mode, scope, TTL, minimum prefix) from the next
+/// event on; entries kept under the old knobs stay until used or evicted,
+/// except that mode off drops them all. Replies true.
+using reuse_atom = caf::atom_constant<caf::atom("reuse")>;
+
 /// Sent by the engine before shutdown: ends every stream with reason
 /// cancelled and `message`, frees every slot and snapshot, then replies.
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
@@ -127,3 +144,4 @@ using crash_atom = caf::atom_constant<caf::atom("crash")>;
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::scheduler_stats_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::sequence_list_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::scheduler_policy)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::reuse_policy)

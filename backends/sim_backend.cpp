@@ -84,6 +84,44 @@ bool is_punctuation(token_id t) noexcept {
          || (t >= '{' && t <= '~');
 }
 
+// The record a step writes at `pos` for `token`, given the record at pos - 1
+// (origin_record for position 0). The chain folds in every token so far.
+kv_record derive_record(const kv_record& prev, token_id token, std::uint32_t pos,
+                        std::uint64_t seed_key) noexcept {
+  const bool letter = is_letter(token);
+  const bool prev_letter = pos > 0 && is_letter(prev.token);
+  kv_record next{};
+  next.chain = chain_next(prev.chain, token, seed_key);
+  next.token = token;
+  next.position = pos;
+  next.word_len = letter ? static_cast<std::uint16_t>(
+                               std::min<unsigned>(prev_letter ? prev.word_len + 1u : 1u, 0xFFFFu))
+                         : 0;
+  next.consonants =
+      letter && !is_vowel(token)
+          ? static_cast<std::uint16_t>(std::min<unsigned>(prev_letter ? prev.consonants + 1u : 1u, 0xFFFFu))
+          : 0;
+  next.filler = mix64(next.chain);
+  return next;
+}
+
+// What precedes position 0: only its chain is read.
+kv_record origin_record(std::uint64_t seed_key) noexcept {
+  kv_record r{};
+  r.chain = chain_start(seed_key);
+  return r;
+}
+
+// A digest of a record's raw bytes, for folding damage into the chain.
+std::uint64_t record_digest(const kv_record& r) noexcept {
+  std::uint64_t words[sizeof(kv_record) / 8];
+  std::memcpy(words, &r, sizeof r);
+  std::uint64_t h = 0xDA3A6EDull;
+  for (const std::uint64_t w : words)
+    h = mix64(h ^ w);
+  return h;
+}
+
 // --- the text generator ------------------------------------------------------
 
 // English letter frequencies (percent), split so words alternate roughly
@@ -545,29 +583,11 @@ expected<void, backend_error> sim_backend::step(std::span<const step_row> rows, 
     const auto& row = rows[i];
     // The chain reads its predecessor back from KV memory, never from a
     // cache of ours: what a load restored is what the next token sees.
-    kv_record rec{};
-    if (row.cache_len > 0)
-      rec = read_record(position(row.slot, row.cache_len - 1));
-    else
-      rec.chain = chain_start(seed_key_);
+    kv_record rec = row.cache_len > 0 ? read_record(position(row.slot, row.cache_len - 1))
+                                      : origin_record(seed_key_);
     for (std::size_t k = 0; k < row.tokens.size(); ++k) {
-      const token_id t = row.tokens[k];
       const std::uint32_t pos = row.cache_len + static_cast<std::uint32_t>(k);
-      const bool letter = is_letter(t);
-      const bool prev_letter = pos > 0 && is_letter(rec.token);
-      kv_record next{};
-      next.chain = chain_next(rec.chain, t, seed_key_);
-      next.token = t;
-      next.position = pos;
-      next.word_len = letter ? static_cast<std::uint16_t>(
-                                   std::min<unsigned>(prev_letter ? rec.word_len + 1u : 1u, 0xFFFFu))
-                             : 0;
-      next.consonants =
-          letter && !is_vowel(t)
-              ? static_cast<std::uint16_t>(std::min<unsigned>(prev_letter ? rec.consonants + 1u : 1u, 0xFFFFu))
-              : 0;
-      next.filler = mix64(next.chain);
-      write_record(position(row.slot, pos), next);
+      write_record(position(row.slot, pos), derive_record(rec, row.tokens[k], pos, seed_key_));
       rec = read_record(position(row.slot, pos));
     }
     write_logits(row.slot, row.cache_len + static_cast<std::uint32_t>(row.tokens.size()) - 1,
@@ -578,6 +598,27 @@ expected<void, backend_error> sim_backend::step(std::span<const step_row> rows, 
   compute_active_.store(false, std::memory_order_release);
   steps_.fetch_add(1, std::memory_order_relaxed);
   return {};
+}
+
+// A real model attends to every position, so damage anywhere in a restored
+// KV changes what comes next. The sim gets the same property by re-deriving
+// each restored record from its predecessor and its own token: an intact
+// snapshot matches byte for byte and nothing changes; at the first record
+// that differs, the damage is folded into the chain, and every later record
+// (whose stored chain no longer follows) is rewritten too, so the last
+// position's chain, and thus the next token, changes.
+void sim_backend::recheck_chain(slot_id slot, std::uint32_t cache_len) {
+  kv_record prev = origin_record(seed_key_);
+  for (std::uint32_t pos = 0; pos < cache_len; ++pos) {
+    const kv_record stored = read_record(position(slot, pos));
+    kv_record expected = derive_record(prev, stored.token, pos, seed_key_);
+    if (std::memcmp(&expected, &stored, sizeof expected) != 0) {
+      expected.chain = mix64(expected.chain ^ record_digest(stored));
+      expected.filler = mix64(expected.chain);
+      write_record(position(slot, pos), expected);
+    }
+    prev = expected;
+  }
 }
 
 double sim_backend::transfer_wall_ns(double min_ms, double max_ms, std::uint32_t cache_len,
@@ -642,6 +683,7 @@ expected<void, backend_error> sim_backend::load(slot_id slot, std::uint32_t cach
   transfer_active_.store(true, std::memory_order_release);
   const std::int64_t start = now_ns();
   copy_into_kv(slot_base(slot), source.data(), bytes);
+  recheck_chain(slot, cache_len);
   finish_at(start, wall_ns, true);
   transfer_active_.store(false, std::memory_order_release);
   loads_.fetch_add(1, std::memory_order_relaxed);

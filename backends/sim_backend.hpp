@@ -8,8 +8,11 @@
 // committed anonymous mapping of slots * snapshot_bytes; every step writes a
 // small record at each new position, chaining a hash read back from the
 // previous position's KV bytes, and the logits are a deterministic function
-// of what the KV memory holds at the row's last position. Restoring the right
-// snapshot continues the sequence exactly; restoring a wrong one diverges.
+// of what the KV memory holds at the row's last position. A load re-derives
+// every restored position from its predecessor and folds any damaged record
+// into the chain, so the next token depends on every written position:
+// restoring the right snapshot continues the sequence exactly; restoring a
+// wrong one, or one damaged at any position, diverges.
 //
 // Timing follows a model with every number in sim_options (see
 // docs/backends.md): real work counts toward an operation's modeled duration
@@ -115,6 +118,9 @@ private:
 
   std::byte* slot_base(slot_id slot) const noexcept;
   std::byte* position(slot_id slot, std::uint32_t pos) const noexcept;
+  /// After a load: re-derives every restored position from its predecessor
+  /// and folds any damage into the chain (transfer lane only).
+  void recheck_chain(slot_id slot, std::uint32_t cache_len);
   void write_logits(slot_id slot, std::uint32_t last_pos, std::span<float> logits) const;
   double transfer_wall_ns(double min_ms, double max_ms, std::uint32_t cache_len,
                           std::uint64_t& rng) const;

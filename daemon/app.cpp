@@ -456,6 +456,14 @@ reload_report app::reload() {
     r.applied.push_back("clients.max_pending / max_clients_per_user / max_requests_per_user / "
                         "max_live_sequences / busy_retry_ms");
   }
+  if (next.reuse != now.reuse) {
+    if (engine_->update_reuse(next.reuse)) {
+      r.applied.push_back("reuse (mode, scope, store_share, idle_ttl_s, min_prefix_tokens)");
+      now.reuse = next.reuse;
+    } else {
+      r.needs_restart.push_back("reuse: a model's scheduler did not confirm the new knobs");
+    }
+  }
   if (new_clients) {
     gateway_->set_policy(std::move(new_clients));
     now.clients.allow_users = next.clients.allow_users;

@@ -352,6 +352,7 @@ void client_session::submit_to_engine(complete_submit c) {
   req.model = c.head.model.empty() && !engine_.models().empty() ? engine_.models().front().name
                                                                  : c.head.model;
   req.client = name_ + "#" + std::to_string(id_);
+  req.owner = peer_.uid;
   req.priority = c.head.prio == proto::priority::batch ? actors::priority_class::batch
                                                        : actors::priority_class::interactive;
   if (c.head.kind == proto::prompt_kind::text)

@@ -196,6 +196,31 @@ status parse_scheduler(const reporter& r, const section& root, actors::scheduler
   return {};
 }
 
+status parse_reuse(const reporter& r, const section& root, actors::reuse_policy& out) {
+  auto table = find_table(r, root, "reuse");
+  if (!table)
+    return unexpected(std::move(table.error()));
+  if (*table == nullptr)
+    return {};
+  const section s{**table, "reuse"};
+  KVLANE_CONFIG_TRY(
+    check_keys(r, s, {"mode", "scope", "store_share", "idle_ttl_s", "min_prefix_tokens"}));
+  std::vector<choice<actors::reuse_mode>> modes;
+  for (auto m : {actors::reuse_mode::off, actors::reuse_mode::slot, actors::reuse_mode::store})
+    modes.push_back({actors::to_string(m), m});
+  KVLANE_CONFIG_TRY(
+    read_choice(r, s, "mode", out.mode, std::span<const choice<actors::reuse_mode>>(modes)));
+  std::vector<choice<actors::reuse_scope>> scopes;
+  for (auto c : {actors::reuse_scope::user, actors::reuse_scope::all})
+    scopes.push_back({actors::to_string(c), c});
+  KVLANE_CONFIG_TRY(
+    read_choice(r, s, "scope", out.scope, std::span<const choice<actors::reuse_scope>>(scopes)));
+  KVLANE_CONFIG_TRY(read_real(r, s, "store_share", out.store_share, {0.0, false, 1.0, false}));
+  KVLANE_CONFIG_TRY(read_int(r, s, "idle_ttl_s", out.idle_ttl_s, 0, 31'536'000));
+  KVLANE_CONFIG_TRY(read_int(r, s, "min_prefix_tokens", out.min_prefix_tokens, 1, 1'048'576));
+  return {};
+}
+
 status parse_store(const reporter& r, const section& root, store_section& out) {
   auto table = find_table(r, root, "store");
   if (!table)
@@ -453,8 +478,8 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   }
   KVLANE_CONFIG_TRY(
     check_keys(r, root,
-               {"version", "daemon", "model", "scheduler", "store", "clients", "admin", "metrics",
-                "http"}));
+               {"version", "daemon", "model", "scheduler", "reuse", "store", "clients", "admin",
+                "metrics", "http"}));
   if (version == nullptr)
     return unexpected(
       r.bad_value("version", root.line(), "required key is missing (add 'version = 1' at the top)"));
@@ -463,6 +488,7 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   KVLANE_CONFIG_TRY(parse_daemon(r, root, c.daemon));
   KVLANE_CONFIG_TRY(parse_models(r, root, c.models));
   KVLANE_CONFIG_TRY(parse_scheduler(r, root, c.scheduler));
+  KVLANE_CONFIG_TRY(parse_reuse(r, root, c.reuse));
   KVLANE_CONFIG_TRY(parse_store(r, root, c.store));
   KVLANE_CONFIG_TRY(check_floors(r, root, c));
   KVLANE_CONFIG_TRY(parse_clients(r, root, c.clients));

@@ -39,9 +39,27 @@ std::string to_string(snapshot_handle h) {
   return std::to_string(h.index) + "#" + std::to_string(h.generation);
 }
 
+std::string_view to_string(evict_reason r) noexcept {
+  switch (r) {
+    case evict_reason::pressure: return "pressure";
+    case evict_reason::retained_share: return "retained_share";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(eviction_value v) noexcept {
+  switch (v) {
+    case eviction_value::cost: return "cost";
+    case eviction_value::recency: return "recency";
+  }
+  return "unknown";
+}
+
 snapshot_store::snapshot_store(memfd_arena arena, std::uint64_t capacity, std::uint64_t limit,
-                               std::uint64_t granularity)
-  : arena_(std::move(arena)), capacity_(capacity), limit_(limit), granularity_(granularity) {
+                               std::uint64_t granularity, std::uint64_t retained_limit,
+                               eviction_value value)
+  : arena_(std::move(arena)), capacity_(capacity), limit_(limit), granularity_(granularity),
+    retained_limit_(retained_limit), value_(value) {
   free_.emplace(0, capacity_);
 }
 
@@ -63,8 +81,35 @@ snapshot_store::create(memfd_arena arena, store_options options) {
     return fail(store_errc::invalid_argument,
                 "limit " + std::to_string(limit) + " exceeds the arena ("
                   + std::to_string(capacity) + " usable bytes)");
+  const std::uint64_t retained_limit = options.retained_limit_bytes.value_or(limit);
+  if (retained_limit > limit)
+    return fail(store_errc::invalid_argument,
+                "retained limit " + std::to_string(retained_limit) + " exceeds the limit ("
+                  + std::to_string(limit) + ")");
   return std::unique_ptr<snapshot_store>(
-    new snapshot_store(std::move(arena), capacity, limit, gran));
+    new snapshot_store(std::move(arena), capacity, limit, gran, retained_limit, options.value));
+}
+
+void snapshot_store::set_retained_limit(std::uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  retained_limit_ = std::min(bytes, limit_);
+}
+
+// Greedy-dual value: an entry's credit is what losing it costs per byte it
+// holds (recompute tokens per allocation unit) on top of the class's
+// inflation, which rises to each victim's credit. An entry untouched while
+// others are evicted thus loses value against fresh ones, and a long context
+// outlives short ones of the same size: a 4,000-token full-slot snapshot
+// outranks a 10-token one until 400 evictions of short ones have aged it.
+// Recency mode keeps every credit at 0, so last use alone decides.
+void snapshot_store::touch_locked(entry& e) {
+  e.last_use = ++tick_;
+  if (value_ == eviction_value::recency || e.size == 0) {
+    e.credit = 0;
+    return;
+  }
+  const double units = static_cast<double>(e.size) / static_cast<double>(granularity_);
+  e.credit = inflation_[e.meta.retained ? 1 : 0] + static_cast<double>(e.meta.cache_len) / units;
 }
 
 expected<void, store_error> snapshot_store::register_model(std::uint32_t model_index,
@@ -105,14 +150,30 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
     if (account == models_.end())
       return fail(store_errc::invalid_argument,
                   "model " + std::to_string(meta.model_index) + " is not registered");
-    auto placed = place_locked(meta.model_index, need);
+    auto placed = place_locked(meta, need);
     if (!placed)
       return unexpected(std::move(placed).error());
 
+    // A retained reservation that would overrun the retained share evicts
+    // for the share; anything else evicts for the limit or the cap.
+    const std::uint64_t share = retained_limit_;
+    const evict_reason reason = meta.retained && retained_used_ + need > share
+                                  ? evict_reason::retained_share
+                                  : evict_reason::pressure;
     std::vector<extent> victims;
     for (const std::uint32_t v : placed->victims) {
       const entry& e = entries_[v];
-      out.evicted.push_back(evicted_snapshot{snapshot_handle{v, e.generation}, e.meta, e.size});
+      out.evicted.push_back(
+        evicted_snapshot{snapshot_handle{v, e.generation}, e.meta, e.size, reason});
+      double& inflation = inflation_[e.meta.retained ? 1 : 0];
+      inflation = std::max(inflation, e.credit);
+      if (e.meta.retained) {
+        ++retained_evictions_;
+        if (reason == evict_reason::retained_share)
+          ++retained_share_evictions_;
+      } else {
+        ++parked_evictions_;
+      }
       const extent x = detach_locked(v);
       ++evictions_;
       evicted_bytes_ += x.size;
@@ -154,13 +215,18 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
     e.size = need;
     e.length = bytes;
     e.checksum = 0;
-    e.last_use = ++tick_;
     e.pins = 0;
     e.readers = 0;
     e.state = entry_state::writing;
     e.doomed = false;
+    touch_locked(e);
     used_ += need;
     ++snapshots_;
+    if (meta.retained) {
+      retained_used_ += need;
+      ++retained_snapshots_;
+      peak_retained_ = std::max(peak_retained_, retained_used_);
+    }
     peak_used_ = std::max(peak_used_, used_);
     peak_snapshots_ = std::max(peak_snapshots_, snapshots_);
     account->second.used += need;
@@ -185,7 +251,8 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
 //     valuable first, every victim that is neither under the placement nor
 //     needed for the budget.
 expected<snapshot_store::placement, store_error>
-snapshot_store::place_locked(std::uint32_t model_index, std::uint64_t need) {
+snapshot_store::place_locked(const snapshot_meta& meta, std::uint64_t need) {
+  const std::uint32_t model_index = meta.model_index;
   const model_account& own = models_.at(model_index);
   std::uint64_t other_floors = 0;
   std::uint64_t held_for_others = 0; // free bytes other models' floors still claim
@@ -203,23 +270,36 @@ snapshot_store::place_locked(std::uint32_t model_index, std::uint64_t need) {
     return fail(store_errc::too_large,
                 std::to_string(need) + " bytes exceed the limit less other models' floors");
 
-  const auto budget_holds = [&](std::uint64_t freed, std::uint64_t freed_own) {
+  const std::uint64_t share = retained_limit_;
+  if (meta.retained && need > share)
+    return fail(store_errc::too_large,
+                std::to_string(need) + " bytes exceed the retained share (" + std::to_string(share)
+                  + ")");
+  // freed_retained counts only for a retained reservation: it alone is bound
+  // by the share, and it may only evict retained snapshots.
+  const auto budget_holds = [&](std::uint64_t freed, std::uint64_t freed_own,
+                                std::uint64_t freed_retained) {
     return used_ - freed + need + held_for_others <= limit_
-           && (own.cap == 0 || own.used - freed_own + need <= own.cap);
+           && (own.cap == 0 || own.used - freed_own + need <= own.cap)
+           && (!meta.retained || retained_used_ - freed_retained + need <= share);
   };
   const auto direct = first_fit(free_, need);
-  if (direct && budget_holds(0, 0))
+  if (direct && budget_holds(0, 0, 0))
     return placement{*direct, {}};
 
   std::vector<std::uint32_t> candidates;
   for (std::uint32_t i = 0; i < entries_.size(); ++i) {
     const entry& e = entries_[i];
-    if (e.state == entry_state::sealed && !e.doomed && e.pins == 0 && e.readers == 0)
+    if (e.state == entry_state::sealed && !e.doomed && e.pins == 0 && e.readers == 0
+        && (e.meta.retained || !meta.retained))
       candidates.push_back(i);
   }
+  // Retained snapshots first, whatever their priority; then by priority,
+  // value within the class, last use.
   const auto value = [this](std::uint32_t i) {
     const entry& e = entries_[i];
-    return std::make_tuple(e.meta.priority, !e.meta.retained, e.last_use, i);
+    return std::make_tuple(!e.meta.retained, e.meta.retained ? 0 : e.meta.priority, e.credit,
+                           e.last_use, i);
   };
   std::sort(candidates.begin(), candidates.end(),
             [&](std::uint32_t a, std::uint32_t b) { return value(a) < value(b); });
@@ -228,6 +308,7 @@ snapshot_store::place_locked(std::uint32_t model_index, std::uint64_t need) {
   std::map<std::uint32_t, std::uint64_t> freed_by_model;
   std::uint64_t freed = 0;
   std::uint64_t freed_own = 0;
+  std::uint64_t freed_retained = 0;
   bool hole = direct.has_value();
   bool enough = false;
   std::vector<std::uint32_t> chosen;
@@ -244,9 +325,11 @@ snapshot_store::place_locked(std::uint32_t model_index, std::uint64_t need) {
     freed += e.size;
     if (m == model_index)
       freed_own += e.size;
+    if (e.meta.retained)
+      freed_retained += e.size;
     if (insert_free(simulated, extent{e.offset, e.size}) >= need)
       hole = true;
-    if (hole && budget_holds(freed, freed_own)) {
+    if (hole && budget_holds(freed, freed_own, freed_retained)) {
       enough = true;
       break;
     }
@@ -268,10 +351,12 @@ snapshot_store::place_locked(std::uint32_t model_index, std::uint64_t need) {
     if (e.offset < hi && lo < e.offset + e.size)
       continue; // under the placement
     const std::uint64_t own_part = e.meta.model_index == model_index ? e.size : 0;
-    if (budget_holds(freed - e.size, freed_own - own_part)) {
+    const std::uint64_t retained_part = e.meta.retained ? e.size : 0;
+    if (budget_holds(freed - e.size, freed_own - own_part, freed_retained - retained_part)) {
       keep[i] = false;
       freed -= e.size;
       freed_own -= own_part;
+      freed_retained -= retained_part;
     }
   }
   for (std::size_t i = 0; i < chosen.size(); ++i)
@@ -306,7 +391,7 @@ expected<void, store_error> snapshot_store::seal(snapshot_handle h) {
     if (!freed_meanwhile) {
       e.checksum = sum;
       e.state = entry_state::sealed;
-      e.last_use = ++tick_;
+      touch_locked(e);
     }
     end_read_locked(h.index, released);
   }
@@ -379,7 +464,7 @@ expected<void, store_error> snapshot_store::pin(snapshot_handle h) {
   if (e->state != entry_state::sealed)
     return fail(store_errc::invalid_argument, "snapshot " + to_string(h) + " is not sealed");
   ++e->pins;
-  e->last_use = ++tick_;
+  touch_locked(*e);
   return {};
 }
 
@@ -427,6 +512,13 @@ store_stats snapshot_store::stats() const {
     s.used_bytes = used_;
     s.snapshots = snapshots_;
     s.evictions = evictions_;
+    s.retained_limit_bytes = retained_limit_;
+    s.retained_bytes = retained_used_;
+    s.retained_snapshots = retained_snapshots_;
+    s.peak_retained_bytes = peak_retained_;
+    s.parked_evictions = parked_evictions_;
+    s.retained_evictions = retained_evictions_;
+    s.retained_share_evictions = retained_share_evictions_;
     s.peak_used_bytes = peak_used_;
     s.peak_snapshots = peak_snapshots_;
     s.evicted_bytes = evicted_bytes_;
@@ -463,6 +555,10 @@ snapshot_store::extent snapshot_store::detach_locked(std::uint32_t index) {
   --account.snapshots;
   used_ -= e.size;
   --snapshots_;
+  if (e.meta.retained) {
+    retained_used_ -= e.size;
+    --retained_snapshots_;
+  }
   const extent x{e.offset, e.size};
   e.state = entry_state::vacant;
   e.doomed = false;

@@ -40,6 +40,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvlane::ipc {
@@ -48,12 +49,12 @@ namespace kvlane::ipc {
 struct snapshot_meta {
   std::uint64_t model_identity = 0; ///< backend_info::identity of the model that dumped it
   std::uint32_t model_index = 0;    ///< which registered model it is charged to
-  std::uint32_t cache_len = 0;      ///< tokens the snapshot covers
+  std::uint32_t cache_len = 0;      ///< tokens the snapshot covers: what losing it costs to recompute
   std::uint64_t generation = 0;     ///< the sequence's KV generation when dumped
   std::uint64_t sequence_id = 0;    ///< sequence (or retained conversation) it belongs to
-  std::uint8_t priority = 0;        ///< higher is more valuable; the lowest is evicted first
-  bool retained = false;            ///< a finished conversation kept as a reusable prefix,
-                                    ///< evicted before parked snapshots of equal priority
+  std::uint8_t priority = 0;        ///< parked: higher is more valuable; ignored when retained
+  bool retained = false;            ///< a finished conversation kept as a reusable prefix:
+                                    ///< less valuable than every parked snapshot
 };
 
 /// Names one snapshot: a small value, copy it freely. Once the snapshot is
@@ -64,11 +65,21 @@ struct snapshot_handle {
   friend bool operator==(const snapshot_handle&, const snapshot_handle&) = default;
 };
 
-/// A snapshot dropped to make room. Its sequence must recompute.
+/// Why reserve() dropped a snapshot.
+enum class evict_reason : std::uint8_t {
+  pressure,       ///< the store's limit or the model's cap needed the room
+  retained_share, ///< a retained reservation needed room within the retained share
+};
+
+std::string_view to_string(evict_reason r) noexcept;
+
+/// A snapshot dropped to make room. A parked one's sequence must recompute;
+/// a retained one is simply no longer reusable.
 struct evicted_snapshot {
   snapshot_handle handle;
   snapshot_meta meta;
   std::uint64_t bytes = 0; ///< bytes charged (rounded to the granularity)
+  evict_reason reason = evict_reason::pressure;
 };
 
 struct reservation {
@@ -77,9 +88,19 @@ struct reservation {
   std::vector<evicted_snapshot> evicted; ///< snapshots evicted to make room, lowest first
 };
 
+/// How snapshots of one class (parked, retained) are ranked for eviction.
+enum class eviction_value : std::uint8_t {
+  cost,    ///< recompute cost per byte held, aged by use (greedy-dual): the default
+  recency, ///< least recently used first
+};
+
+std::string_view to_string(eviction_value v) noexcept;
+
 struct store_options {
   std::uint64_t limit_bytes = 0;         ///< most bytes reserved at once; 0 = the arena size
   std::uint64_t granularity = 64 * 1024; ///< allocation unit: power of two, >= the OS page
+  std::optional<std::uint64_t> retained_limit_bytes; ///< most bytes retained snapshots hold; none: the limit
+  eviction_value value = eviction_value::cost;
 };
 
 struct model_usage {
@@ -99,8 +120,15 @@ struct store_stats {
   std::uint64_t snapshots = 0;
   std::uint64_t peak_used_bytes = 0; ///< highest used_bytes since creation
   std::uint64_t peak_snapshots = 0;  ///< highest snapshots since creation
-  std::uint64_t evictions = 0;
+  std::uint64_t retained_limit_bytes = 0;
+  std::uint64_t retained_bytes = 0;     ///< used_bytes held by retained snapshots
+  std::uint64_t retained_snapshots = 0;
+  std::uint64_t peak_retained_bytes = 0;
+  std::uint64_t evictions = 0;          ///< all classes and reasons
   std::uint64_t evicted_bytes = 0;
+  std::uint64_t parked_evictions = 0;   ///< parked snapshots evicted (their sequences recompute)
+  std::uint64_t retained_evictions = 0; ///< retained snapshots evicted, for any reason
+  std::uint64_t retained_share_evictions = 0; ///< of which to stay within the retained share
   std::uint64_t release_failures = 0; ///< punch-hole failures (pages stayed committed)
   std::vector<model_usage> models;    ///< by model_index
 };
@@ -122,10 +150,18 @@ public:
   expected<void, store_error> register_model(std::uint32_t model_index, std::uint64_t floor_bytes,
                                              std::uint64_t cap_bytes);
 
+  /// Bounds the bytes retained snapshots may hold (0: none at all; at most
+  /// the limit). Takes effect at the next retained reservation; nothing is
+  /// evicted now.
+  void set_retained_limit(std::uint64_t bytes);
+
   /// Reserves `bytes` for a snapshot of meta.model_index, evicting sealed,
-  /// unpinned snapshots (lowest priority, then retained, then least recently
-  /// used) if the limit or the model's cap requires it, never taking another
-  /// model below its floor. Nothing is evicted when the request fails.
+  /// unpinned snapshots from the least valuable up (retained before parked;
+  /// within a class lowest priority, then least value by options.value) if
+  /// the limit, the model's cap or (for a retained snapshot) the retained
+  /// share requires it, never taking another model below its floor. A
+  /// retained snapshot never evicts a parked one. Nothing is evicted when the
+  /// request fails.
   expected<reservation, store_error> reserve(const snapshot_meta& meta, std::uint64_t bytes);
 
   /// Checksums a written snapshot; it becomes readable and evictable.
@@ -166,6 +202,7 @@ private:
     std::uint64_t length = 0; // requested bytes
     std::uint64_t checksum = 0;
     std::uint64_t last_use = 0;
+    double credit = 0;         // eviction value within its class (see touch_locked)
     std::uint32_t generation = 1;
     std::uint32_t pins = 0;    // caller pins
     std::uint32_t readers = 0; // seal()/verify() hashing outside the lock
@@ -193,11 +230,12 @@ private:
   using free_map = std::map<std::uint64_t, std::uint64_t>; // offset -> size, coalesced
 
   snapshot_store(memfd_arena arena, std::uint64_t capacity, std::uint64_t limit,
-                 std::uint64_t granularity);
+                 std::uint64_t granularity, std::uint64_t retained_limit, eviction_value value);
 
   entry* find_locked(snapshot_handle h);
   const entry* find_locked(snapshot_handle h) const;
-  expected<placement, store_error> place_locked(std::uint32_t model_index, std::uint64_t need);
+  expected<placement, store_error> place_locked(const snapshot_meta& meta, std::uint64_t need);
+  void touch_locked(entry& e);
   extent detach_locked(std::uint32_t index);
   void carve_locked(std::uint64_t offset, std::uint64_t size);
   void end_read_locked(std::uint32_t index, std::vector<extent>& released);
@@ -210,6 +248,9 @@ private:
   std::uint64_t capacity_;    // arena size rounded down to the granularity
   std::uint64_t limit_;
   std::uint64_t granularity_;
+  std::uint64_t retained_limit_; // <= limit_
+  eviction_value value_;
+  double inflation_[2] = {0, 0}; // per class (parked, retained): credit of the last victim
   std::vector<entry> entries_;
   std::vector<std::uint32_t> vacant_;
   free_map free_;
@@ -221,6 +262,12 @@ private:
   std::uint64_t peak_used_ = 0;
   std::uint64_t peak_snapshots_ = 0;
   std::uint64_t evicted_bytes_ = 0;
+  std::uint64_t retained_used_ = 0;
+  std::uint64_t retained_snapshots_ = 0;
+  std::uint64_t peak_retained_ = 0;
+  std::uint64_t parked_evictions_ = 0;
+  std::uint64_t retained_evictions_ = 0;
+  std::uint64_t retained_share_evictions_ = 0;
   std::uint64_t release_failures_ = 0;
 };
 

@@ -31,6 +31,7 @@ inline actors::engine_config small_config(actors::scheduler_mode mode, std::uint
   c.scheduler.max_step_tokens = 256;
   c.scheduler.aging_steps = 64;
   c.store.max_bytes = 64ull << 20;
+  c.reuse.mode = actors::reuse_mode::off; // the reuse tests turn it on
   actors::model_config m;
   m.name = "tiny";
   m.backend.kind = "sim";

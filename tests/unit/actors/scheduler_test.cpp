@@ -383,3 +383,24 @@ TEST_CASE("scheduler: shutdown ends every stream with reason cancelled and frees
   REQUIRE_FALSE(r.has_value());
   CHECK(r.error().code == actors::submit_errc::shutting_down);
 }
+
+TEST_CASE("scheduler: a store of two snapshots evicts and refuses parks, every stream stays exact "
+          "and an evicted sequence is no longer parked at once") {
+  auto reqs = workload(16);
+  auto solo = solo_results(reqs);
+  auto cfg = test::small_config(scheduler_mode::overlap);
+  cfg.store.max_bytes = 2 * 512 * 1024; // two full-slot snapshots
+  engine_fixture sut{cfg};
+  auto got = run_all(*sut.engine, reqs);
+  check_same_streams(got, solo);
+  const auto st = sut.stats();
+  const auto store = sut.engine->store_stats();
+  CHECK(store.peak_snapshots <= 2);
+  CHECK(st.swaps > 0);
+  CHECK(store.parked_evictions > 0);
+  // Every parked snapshot the store evicted was marked lost when it went,
+  // not when its sequence next tried to load it.
+  CHECK(st.snapshots_lost == store.parked_evictions);
+  CHECK(st.recomputes >= st.snapshots_lost);
+  sut.check_nothing_leaked();
+}

@@ -280,6 +280,45 @@ TEST_CASE("sim_backend: dump, clobber and load give the same continuation, a wro
   }
 }
 
+TEST_CASE("sim_backend: a snapshot damaged at any early position changes the continuation") {
+  for (auto extent : {snapshot_extent::full_slot, snapshot_extent::used_length}) {
+    CAPTURE(to_string(extent));
+    auto o = small_options();
+    o.extent = extent;
+    auto sut = make(o);
+    std::uint32_t len = 0;
+    const token_id next = feed(*sut, 0, len, prompt(*sut, "an early position matters too"));
+    REQUIRE(len > 8);
+    std::vector<std::byte> snap(sut->snapshot_size(len));
+    REQUIRE(sut->dump(0, len, snap).has_value());
+    const auto expected = generate(*sut, 0, len, next, 20);
+    const std::size_t stride = sut->info().bytes_per_token;
+
+    // Undamaged: the load changes nothing.
+    REQUIRE(sut->load(1, len, snap).has_value());
+    CHECK(generate(*sut, 1, len, next, 20) == expected);
+
+    // One flipped byte in a record far from the last position: in the token,
+    // in the generator state, or in the stored chain itself.
+    for (const std::size_t pos : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+      for (const std::size_t offset : {std::size_t{8}, std::size_t{16}, std::size_t{2}}) {
+        CAPTURE(pos);
+        CAPTURE(offset);
+        auto damaged = snap;
+        damaged[pos * stride + offset] ^= std::byte{0x01};
+        REQUIRE(sut->load(1, len, damaged).has_value());
+        CHECK(generate(*sut, 1, len, next, 20) != expected);
+      }
+    }
+
+    // Bytes of a position that no step writes are not KV the model reads.
+    auto outside = snap;
+    outside[2 * stride + stride - 1] ^= std::byte{0xFF};
+    REQUIRE(sut->load(1, len, outside).has_value());
+    CHECK(generate(*sut, 1, len, next, 20) == expected);
+  }
+}
+
 TEST_CASE("sim_backend: a snapshot restores into another slot and rollback replays a continuation") {
   auto sut = make();
   std::uint32_t len = 0;

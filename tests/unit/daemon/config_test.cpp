@@ -104,6 +104,7 @@ void check_same(const config& a, const config& b) {
   CHECK(a.scheduler.max_step_tokens == b.scheduler.max_step_tokens);
   CHECK(a.scheduler.aging_steps == b.scheduler.aging_steps);
   CHECK(a.scheduler.ewma_alpha == b.scheduler.ewma_alpha);
+  CHECK(a.reuse == b.reuse);
   CHECK(a.store.max_bytes == b.store.max_bytes);
   CHECK(a.clients.socket_mode == b.clients.socket_mode);
   CHECK(a.clients.allow_users == b.clients.allow_users);
@@ -181,6 +182,11 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.scheduler.max_step_tokens == 512);
   CHECK(sut.scheduler.aging_steps == 2048);
   CHECK(sut.scheduler.ewma_alpha == 0.2);
+  CHECK(sut.reuse.mode == kvlane::actors::reuse_mode::store);
+  CHECK(sut.reuse.scope == kvlane::actors::reuse_scope::user);
+  CHECK(sut.reuse.store_share == 0.5);
+  CHECK(sut.reuse.idle_ttl_s == 1800);
+  CHECK(sut.reuse.min_prefix_tokens == 64);
   CHECK(sut.store.max_bytes == 8'589'934'592);
 
   CHECK(sut.clients.socket_mode == 0666);
@@ -219,6 +225,32 @@ TEST_CASE("config: the shipped etc/kvlane.toml parses to exactly the defaults") 
   config defaults;
   defaults.models.emplace_back().name = "llama-3.2-1b";
   check_same(*sut, defaults);
+}
+
+TEST_CASE("config: the reuse table is read into its fields and bad values name the key") {
+  const auto sut = parse_ok(std::string(minimal) + R"(
+[reuse]
+mode = "slot"
+scope = "all"
+store_share = 0.25
+idle_ttl_s = 0
+min_prefix_tokens = 16
+)");
+  CHECK(sut.reuse.mode == kvlane::actors::reuse_mode::slot);
+  CHECK(sut.reuse.scope == kvlane::actors::reuse_scope::all);
+  CHECK(sut.reuse.store_share == 0.25);
+  CHECK(sut.reuse.idle_ttl_s == 0);
+  CHECK(sut.reuse.min_prefix_tokens == 16);
+
+  const auto bad_mode = parse(std::string(minimal) + "[reuse]\nmode = \"disk\"\n", "t.toml");
+  REQUIRE_FALSE(bad_mode);
+  CHECK(bad_mode.error().message.find("reuse.mode") != std::string::npos);
+  const auto bad_share = parse(std::string(minimal) + "[reuse]\nstore_share = 1.5\n", "t.toml");
+  REQUIRE_FALSE(bad_share);
+  CHECK(bad_share.error().message.find("reuse.store_share") != std::string::npos);
+  const auto unknown = parse(std::string(minimal) + "[reuse]\nttl = 3\n", "t.toml");
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.error().message.find("reuse.ttl") != std::string::npos);
 }
 
 TEST_CASE("config: every key is read into its field") {

@@ -17,11 +17,18 @@ namespace {
 constexpr std::uint64_t kib = 1024;
 constexpr std::uint64_t mib = 1024 * kib;
 
+store_options options_of(std::uint64_t limit, std::uint64_t granularity = 64 * kib) {
+  store_options o;
+  o.limit_bytes = limit;
+  o.granularity = granularity;
+  return o;
+}
+
 std::unique_ptr<snapshot_store> make_store(std::uint64_t arena_bytes, std::uint64_t limit = 0,
                                            std::uint64_t granularity = 64 * kib) {
   auto arena = memfd_arena::create("kvlane-test-store", arena_bytes);
   REQUIRE(arena);
-  auto store = snapshot_store::create(std::move(*arena), store_options{limit, granularity});
+  auto store = snapshot_store::create(std::move(*arena), options_of(limit, granularity));
   REQUIRE(store);
   return std::move(*store);
 }
@@ -211,6 +218,148 @@ TEST_CASE("snapshot_store: among equal priorities retained snapshots go first, t
   CHECK(evicted[0].handle == newer);
 }
 
+TEST_CASE("snapshot_store: a retained snapshot never evicts a parked one, a parked one evicts "
+          "retained first whatever their priority") {
+  auto sut = make_store(64 * mib, 6 * mib);
+  REQUIRE(sut->register_model(0, 0, 0));
+  const auto parked = park(*sut, meta_for(0, 1, 0), 2 * mib);
+  auto keep = meta_for(0, 2, 9);
+  keep.retained = true;
+  const auto retained = park(*sut, keep, 2 * mib);
+  park(*sut, meta_for(0, 3, 0), 2 * mib);
+
+  auto more = meta_for(0, 4, 9);
+  more.retained = true;
+  std::vector<evicted_snapshot> evicted;
+  park(*sut, more, 2 * mib, std::byte{1}, &evicted); // may only displace the retained one
+  REQUIRE(evicted.size() == 1);
+  CHECK(evicted[0].handle == retained);
+  CHECK(evicted[0].reason == evict_reason::pressure);
+
+  // Now only parked snapshots besides the new retained one: fill with parked.
+  const auto newest_retained = sut->stats().retained_snapshots;
+  CHECK(newest_retained == 1);
+  park(*sut, meta_for(0, 5, 0), 2 * mib, std::byte{1}, &evicted);
+  REQUIRE(evicted.size() == 1);
+  CHECK(evicted[0].meta.retained);
+  CHECK(sut->verify(parked));
+
+  auto last = meta_for(0, 6, 9);
+  last.retained = true;
+  const auto before = sut->stats();
+  auto r = sut->reserve(last, 2 * mib);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == store_errc::full);
+  const auto after = sut->stats();
+  CHECK(after.evictions == before.evictions);
+  CHECK(after.parked_evictions == 0);
+  CHECK(after.retained_evictions == 2);
+}
+
+TEST_CASE("snapshot_store: cost value evicts a short context before a long one of the same size, "
+          "recency evicts the older") {
+  for (const auto value : {eviction_value::cost, eviction_value::recency}) {
+    CAPTURE(to_string(value));
+    auto arena = memfd_arena::create("kvlane-test-store", 64 * mib);
+    REQUIRE(arena);
+    auto options = options_of(4 * mib);
+    options.value = value;
+    auto made = snapshot_store::create(std::move(*arena), options);
+    REQUIRE(made);
+    auto& sut = **made;
+    REQUIRE(sut.register_model(0, 0, 0));
+    auto long_meta = meta_for(0, 1);
+    long_meta.cache_len = 4000;
+    const auto long_context = park(sut, long_meta, 2 * mib);
+    auto short_meta = meta_for(0, 2);
+    short_meta.cache_len = 10;
+    const auto short_context = park(sut, short_meta, 2 * mib);
+
+    std::vector<evicted_snapshot> evicted;
+    park(sut, meta_for(0, 3), 2 * mib, std::byte{1}, &evicted);
+    REQUIRE(evicted.size() == 1);
+    CHECK(evicted[0].handle == (value == eviction_value::cost ? short_context : long_context));
+    CHECK(sut.stats().parked_evictions == 1);
+  }
+}
+
+TEST_CASE("snapshot_store: cost value ages: an untouched long context finally goes") {
+  auto sut = make_store(64 * mib, 4 * mib);
+  REQUIRE(sut->register_model(0, 0, 0));
+  auto long_meta = meta_for(0, 1);
+  long_meta.cache_len = 400;
+  const auto long_context = park(*sut, long_meta, 2 * mib);
+  auto short_meta = meta_for(0, 2);
+  short_meta.cache_len = 10;
+  park(*sut, short_meta, 2 * mib);
+  // Each new short context evicts the previous short one and raises the
+  // class's inflation by its credit, until the long one is the cheapest.
+  int rounds = 0;
+  std::vector<evicted_snapshot> evicted;
+  for (; rounds < 1000; ++rounds) {
+    short_meta.sequence_id = 100 + static_cast<std::uint64_t>(rounds);
+    park(*sut, short_meta, 2 * mib, std::byte{1}, &evicted);
+    REQUIRE(evicted.size() == 1);
+    if (evicted[0].handle == long_context)
+      break;
+  }
+  CHECK(rounds > 1);
+  CHECK(rounds < 1000);
+}
+
+TEST_CASE("snapshot_store: the retained share bounds retained bytes and evicts for it by value") {
+  auto arena = memfd_arena::create("kvlane-test-store", 64 * mib);
+  REQUIRE(arena);
+  auto options = options_of(16 * mib);
+  options.retained_limit_bytes = 4 * mib;
+  auto made = snapshot_store::create(std::move(*arena), options);
+  REQUIRE(made);
+  auto& sut = **made;
+  REQUIRE(sut.register_model(0, 0, 0));
+  auto retained_meta = [](std::uint64_t sequence) {
+    auto m = meta_for(0, sequence);
+    m.retained = true;
+    return m;
+  };
+  const auto a = park(sut, retained_meta(1), 2 * mib);
+  const auto b = park(sut, retained_meta(2), 2 * mib);
+  // Reusing a (pin, read, unpin) keeps it and makes it the more valuable.
+  REQUIRE(sut.pin(a));
+  REQUIRE(sut.read(a));
+  REQUIRE(sut.unpin(a));
+  CHECK(sut.verify(a));
+
+  std::vector<evicted_snapshot> evicted;
+  park(sut, retained_meta(3), 2 * mib, std::byte{1}, &evicted);
+  REQUIRE(evicted.size() == 1);
+  CHECK(evicted[0].handle == b);
+  CHECK(evicted[0].reason == evict_reason::retained_share);
+  // Parked snapshots are not bound by the share.
+  for (std::uint64_t i = 10; i < 14; ++i)
+    park(sut, meta_for(0, i), 2 * mib);
+  auto s = sut.stats();
+  CHECK(s.retained_bytes == 4 * mib);
+  CHECK(s.retained_limit_bytes == 4 * mib);
+  CHECK(s.retained_share_evictions == 1);
+  CHECK(s.used_bytes == 12 * mib);
+
+  // A lower share takes effect at the next retained reservation.
+  sut.set_retained_limit(2 * mib);
+  park(sut, retained_meta(4), 2 * mib, std::byte{1}, &evicted);
+  CHECK(evicted.size() == 2);
+  s = sut.stats();
+  CHECK(s.retained_bytes == 2 * mib);
+  CHECK(s.retained_share_evictions == 3);
+  auto too_big = sut.reserve(retained_meta(5), 3 * mib);
+  REQUIRE_FALSE(too_big);
+  CHECK(too_big.error().code == store_errc::too_large);
+  // A share of 0 keeps no retained snapshot at all.
+  sut.set_retained_limit(0);
+  auto none = sut.reserve(retained_meta(6), 64 * kib);
+  REQUIRE_FALSE(none);
+  CHECK(none.error().code == store_errc::too_large);
+}
+
 TEST_CASE("snapshot_store: pinned and unsealed snapshots are never evicted, full when nothing "
           "can go") {
   auto sut = make_store(64 * mib, 8 * mib);
@@ -385,12 +534,12 @@ TEST_CASE("snapshot_store: a limit below the arena size bounds used bytes, not p
 TEST_CASE("snapshot_store: rejects bad arguments with precise errors") {
   auto arena = memfd_arena::create("kvlane-test-store", 16 * mib);
   REQUIRE(arena);
-  auto bad_granularity = snapshot_store::create(std::move(*arena), store_options{0, 3 * kib});
+  auto bad_granularity = snapshot_store::create(std::move(*arena), options_of(0, 3 * kib));
   REQUIRE_FALSE(bad_granularity);
   CHECK(bad_granularity.error().code == store_errc::invalid_argument);
   auto arena2 = memfd_arena::create("kvlane-test-store", 16 * mib);
   REQUIRE(arena2);
-  auto bad_limit = snapshot_store::create(std::move(*arena2), store_options{32 * mib, 64 * kib});
+  auto bad_limit = snapshot_store::create(std::move(*arena2), options_of(32 * mib));
   REQUIRE_FALSE(bad_limit);
   CHECK(bad_limit.error().code == store_errc::invalid_argument);
 
@@ -426,6 +575,7 @@ TEST_CASE("snapshot_store: randomized reserve, seal, pin and free keep every inv
     std::uint32_t model = 0;
     std::uint64_t marker = 0;
     bool sealed = false;
+    bool retained = false;
     std::uint32_t pins = 0;
   };
   std::map<std::pair<std::uint32_t, std::uint32_t>, live> expected;
@@ -466,6 +616,8 @@ TEST_CASE("snapshot_store: randomized reserve, seal, pin and free keep every inv
         REQUIRE(it != expected.end());
         CHECK(it->second.sealed);
         CHECK(it->second.pins == 0);
+        if (meta.retained)
+          CHECK(it->second.retained); // a retained snapshot never displaces a parked one
         CHECK(e.bytes == it->second.charged);
         expected.erase(it);
         ++evictions;
@@ -489,6 +641,7 @@ TEST_CASE("snapshot_store: randomized reserve, seal, pin and free keep every inv
       l.bytes = r->bytes;
       l.charged = (bytes + 64 * kib - 1) / (64 * kib) * (64 * kib);
       l.model = model;
+      l.retained = meta.retained;
       l.marker = next_marker++;
       const std::size_t n = std::min<std::size_t>(8, bytes);
       std::memcpy(l.bytes.data(), &l.marker, n);
@@ -524,17 +677,21 @@ TEST_CASE("snapshot_store: randomized reserve, seal, pin and free keep every inv
 
     const auto s = sut->stats();
     std::uint64_t used = 0;
+    std::uint64_t retained = 0;
     std::uint64_t per_model[3] = {0, 0, 0};
     std::vector<std::pair<const std::byte*, std::uint64_t>> extents;
     for (const auto& [k, v] : expected) {
       used += v.charged;
+      retained += v.retained ? v.charged : 0;
       per_model[v.model] += v.charged;
       extents.emplace_back(v.bytes.data(), v.charged);
     }
     REQUIRE(s.used_bytes == used);
+    REQUIRE(s.retained_bytes == retained);
     REQUIRE(s.used_bytes <= s.limit_bytes);
     REQUIRE(s.snapshots == expected.size());
     REQUIRE(s.evictions == evictions);
+    REQUIRE(s.parked_evictions + s.retained_evictions == evictions);
     for (const auto& u : s.models) {
       CHECK(u.used_bytes == per_model[u.model_index]);
       if (u.cap_bytes != 0)

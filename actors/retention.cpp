@@ -1,0 +1,166 @@
+#include "actors/retention.hpp"
+
+#include <algorithm>
+
+namespace kvlane::actors {
+
+retention::retention(std::uint32_t block_tokens, std::uint32_t min_prefix)
+  : index_(block_tokens), min_prefix_(std::max(min_prefix, index_.block_tokens())) {}
+
+void retention::set_min_prefix(std::uint32_t tokens) noexcept {
+  min_prefix_ = std::max(tokens, index_.block_tokens());
+}
+
+std::optional<retained_id> retention::retain(prefix_scope scope,
+                                             std::span<const backends::token_id> tokens,
+                                             backends::slot_id slot, std::string session,
+                                             std::chrono::steady_clock::time_point now,
+                                             std::vector<superseded>& dropped) {
+  if (tokens.size() < min_prefix_)
+    return std::nullopt;
+  // Every older entry of the scope that is a prefix of the new one is
+  // dominated: each lookup the old one answers, the new one answers at least
+  // as long. Repeated lookups peel them off from the longest down.
+  for (;;) {
+    const auto m = index_.longest_match(scope, tokens, static_cast<std::uint32_t>(tokens.size()));
+    if (!m || m->length != index_.tokens(m->entry).size())
+      break;
+    auto old = erase(m->entry);
+    dropped.push_back(superseded{old->id, old->slot, old->snapshot, old->dumping});
+  }
+  const retained_id id = next_id_++;
+  index_.insert(id, scope, tokens);
+  retained_entry e;
+  e.id = id;
+  e.scope = scope;
+  e.session = std::move(session);
+  e.kv_len = static_cast<std::uint32_t>(tokens.size());
+  e.slot = slot;
+  e.last_use = now;
+  entries_.emplace(id, std::move(e));
+  return id;
+}
+
+std::optional<retained_match> retention::match(prefix_scope scope,
+                                               std::span<const backends::token_id> prompt,
+                                               std::uint32_t max_length) const {
+  const auto m = index_.longest_match(scope, prompt, max_length);
+  if (!m || m->length < min_prefix_)
+    return std::nullopt;
+  const auto& e = entries_.at(m->entry);
+  retained_match out;
+  out.entry = e.id;
+  out.length = m->length;
+  if (e.slot && !e.dumping)
+    out.slot = e.slot;
+  if (e.snapshot) {
+    out.snapshot = e.snapshot;
+    out.snapshot_len = e.kv_len;
+  }
+  if (!out.slot && !out.snapshot)
+    return std::nullopt; // only a dump in flight: nothing to take yet
+  return out;
+}
+
+void retention::use(retained_id id, std::chrono::steady_clock::time_point now) {
+  if (const auto it = entries_.find(id); it != entries_.end()) {
+    ++it->second.hits;
+    it->second.last_use = now;
+  }
+}
+
+void retention::slot_released(retained_id id) {
+  const auto it = entries_.find(id);
+  if (it == entries_.end())
+    return;
+  it->second.slot.reset();
+  it->second.dumping = false;
+  drop_if_empty(id);
+}
+
+void retention::dump_started(retained_id id) {
+  if (const auto it = entries_.find(id); it != entries_.end())
+    it->second.dumping = true;
+}
+
+bool retention::dump_finished(retained_id id, std::optional<ipc::snapshot_handle> snapshot) {
+  const auto it = entries_.find(id);
+  if (it == entries_.end())
+    return false;
+  it->second.dumping = false;
+  it->second.slot.reset();
+  if (snapshot)
+    it->second.snapshot = snapshot;
+  drop_if_empty(id);
+  return true;
+}
+
+void retention::snapshot_lost(retained_id id) {
+  const auto it = entries_.find(id);
+  if (it == entries_.end())
+    return;
+  it->second.snapshot.reset();
+  drop_if_empty(id);
+}
+
+std::optional<retained_entry> retention::erase(retained_id id) {
+  const auto it = entries_.find(id);
+  if (it == entries_.end())
+    return std::nullopt;
+  retained_entry e = std::move(it->second);
+  entries_.erase(it);
+  index_.erase(id);
+  return e;
+}
+
+std::optional<retained_id> retention::coldest_warm() const {
+  const retained_entry* best = nullptr;
+  for (const auto& [id, e] : entries_)
+    if (e.slot && !e.dumping && (best == nullptr || e.last_use < best->last_use
+                                 || (e.last_use == best->last_use && e.id < best->id)))
+      best = &e;
+  if (best == nullptr)
+    return std::nullopt;
+  return best->id;
+}
+
+std::vector<retained_id> retention::idle_since(std::chrono::steady_clock::time_point now,
+                                               std::chrono::milliseconds ttl) const {
+  std::vector<retained_id> out;
+  if (ttl.count() <= 0)
+    return out;
+  for (const auto& [id, e] : entries_)
+    if (now - e.last_use > ttl)
+      out.push_back(id);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<retained_id> retention::by_snapshot(ipc::snapshot_handle h) const {
+  for (const auto& [id, e] : entries_)
+    if (e.snapshot && *e.snapshot == h)
+      return id;
+  return std::nullopt;
+}
+
+const retained_entry* retention::find(retained_id id) const {
+  const auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+std::vector<retained_id> retention::ids() const {
+  std::vector<retained_id> out;
+  out.reserve(entries_.size());
+  for (const auto& [id, e] : entries_)
+    out.push_back(id);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void retention::drop_if_empty(retained_id id) {
+  const auto it = entries_.find(id);
+  if (it != entries_.end() && !it->second.slot && !it->second.snapshot && !it->second.dumping)
+    erase(id);
+}
+
+} // namespace kvlane::actors

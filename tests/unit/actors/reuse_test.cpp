@@ -1,0 +1,194 @@
+// Conversation reuse through the in-process engine: every turn served from
+// retained KV (a warm slot, a stored snapshot, a partial prefix) yields
+// exactly the tokens a cold prefill of the same prompt yields.
+#include "tests/unit/actors/engine_fixture.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace kvlane;
+using namespace std::chrono_literals;
+using actors::scheduler_mode;
+using backends::token_id;
+using test::engine_fixture;
+
+namespace {
+
+actors::engine_config reuse_config(scheduler_mode mode) {
+  auto c = test::small_config(mode);
+  c.reuse.mode = actors::reuse_mode::store;
+  c.reuse.min_prefix_tokens = 16;
+  return c;
+}
+
+std::vector<token_id> letters(std::size_t n, std::size_t salt) {
+  std::vector<token_id> t;
+  for (std::size_t k = 0; k < n; ++k)
+    t.push_back(static_cast<token_id>(97 + (salt * 11 + k * 5) % 26));
+  return t;
+}
+
+std::vector<token_id> concat(std::vector<token_id> a, const std::vector<token_id>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+actors::submit_request request(std::vector<token_id> prompt, bool seeded, std::uint64_t owner = 1) {
+  actors::submit_request r;
+  r.model = "tiny";
+  r.owner = owner;
+  r.prompt_tokens = std::move(prompt);
+  r.sampling.max_tokens = 20;
+  if (seeded) {
+    r.sampling.temperature = 0.8f;
+    r.sampling.top_k = 20;
+    r.sampling.seed = 77;
+  }
+  return r;
+}
+
+std::vector<token_id> run_one(actors::engine& e, actors::submit_request r) {
+  auto s = e.submit(std::move(r));
+  REQUIRE(s.has_value());
+  auto c = (*s)->collect(30s);
+  REQUIRE(c.has_value());
+  REQUIRE(c->end.has_value());
+  CHECK(c->end->reason == actors::end_reason::length);
+  return std::move(c->tokens);
+}
+
+/// What a cold prefill of `r` yields: an engine that keeps nothing.
+std::vector<token_id> cold(const actors::submit_request& r) {
+  engine_fixture f{test::small_config(scheduler_mode::fcfs)};
+  return run_one(*f.engine, r);
+}
+
+/// Runs `others` at once: enough to need every slot.
+void crowd(actors::engine& e, std::size_t n, std::size_t salt) {
+  std::vector<std::shared_ptr<actors::token_stream>> streams;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto s = e.submit(request(letters(40, salt + i), false, 99));
+    REQUIRE(s.has_value());
+    streams.push_back(*s);
+  }
+  for (auto& s : streams)
+    REQUIRE((*s).collect(30s).has_value());
+}
+
+} // namespace
+
+TEST_CASE("reuse: turns served from a warm slot, a stored snapshot and a partial prefix equal "
+          "cold prefills, greedy and seeded, in every mode") {
+  for (auto mode : {scheduler_mode::fcfs, scheduler_mode::sync, scheduler_mode::overlap,
+                    scheduler_mode::ideal}) {
+    for (bool seeded : {false, true}) {
+      CAPTURE(actors::to_string(mode));
+      CAPTURE(seeded);
+      engine_fixture sut{reuse_config(mode)};
+      auto history = letters(60, 1);
+      const auto out1 = run_one(*sut.engine, request(history, seeded));
+      history = concat(concat(history, out1), letters(10, 2));
+
+      // Turn 2: its prefix sits warm in the slot turn 1 used.
+      const auto turn2 = request(history, seeded);
+      CHECK(run_one(*sut.engine, turn2) == cold(turn2));
+      auto st = sut.stats();
+      CHECK(st.reuse_warm_hits == 1);
+      // Turn 1's KV: its prompt and every generated token but the last.
+      CHECK(st.reused_tokens == 60 + out1.size() - 1);
+      CHECK(st.retained == 1); // turn 2 superseded turn 1
+
+      // Others need every slot: the warm entry is dumped (preemptive modes)
+      // or dropped (fcfs, which keeps no spare and dumps nothing).
+      crowd(*sut.engine, 4, 10);
+      const auto hits_before = sut.stats().reuse_hits;
+      const auto loads_before = sut.stats().loads;
+      const auto out2 = cold(turn2);
+      history = concat(concat(history, out2), letters(8, 3));
+      const auto turn3 = request(history, seeded);
+      CHECK(run_one(*sut.engine, turn3) == cold(turn3));
+      st = sut.stats();
+      CAPTURE(st.retained_dumps);
+      CAPTURE(st.retained_dropped);
+      CAPTURE(st.reuse_recomputed);
+      CAPTURE(st.retained_lost);
+      if (mode != scheduler_mode::fcfs) {
+        CHECK(st.retained_dumps >= 1);
+        CHECK(st.reuse_hits == hits_before + 1);
+        CHECK(st.loads > loads_before);
+      }
+
+      // A branch: shares only part of the retained tokens; rolled back.
+      auto branch_prompt = letters(60, 1);
+      branch_prompt.insert(branch_prompt.end(), out1.begin(), out1.begin() + 5);
+      const auto tail = letters(12, 4);
+      branch_prompt.insert(branch_prompt.end(), tail.begin(), tail.end());
+      const auto branch = request(branch_prompt, seeded);
+      CHECK(run_one(*sut.engine, branch) == cold(branch));
+      CHECK(sut.stats().reuse_hits > hits_before + (mode != scheduler_mode::fcfs));
+    }
+  }
+}
+
+TEST_CASE("reuse: another user never reuses a prefix unless the scope is widened") {
+  for (auto scope : {actors::reuse_scope::user, actors::reuse_scope::all}) {
+    CAPTURE(actors::to_string(scope));
+    auto cfg = reuse_config(scheduler_mode::overlap);
+    cfg.reuse.scope = scope;
+    engine_fixture sut{cfg};
+    const auto system_prompt = letters(64, 5);
+    run_one(*sut.engine, request(concat(system_prompt, letters(4, 6)), false, 1000));
+    const auto other = request(concat(system_prompt, letters(6, 7)), false, 1001);
+    CHECK(run_one(*sut.engine, other) == cold(other));
+    CHECK(sut.stats().reuse_hits == (scope == actors::reuse_scope::all ? 1u : 0u));
+  }
+}
+
+TEST_CASE("reuse: a tiny store and injected dump and load faults never change a turn's tokens") {
+  auto cfg = reuse_config(scheduler_mode::overlap);
+  cfg.store.max_bytes = 3 * 512 * 1024; // three snapshots
+  engine_fixture sut{cfg};
+  sut.sim().inject(backends::sim_op::dump, {.fail_rate = 0.2});
+  sut.sim().inject(backends::sim_op::load, {.fail_rate = 0.2});
+  // Six conversations of three turns, interleaved so each turn finds its
+  // history warm, stored, evicted or failed.
+  std::vector<std::vector<token_id>> histories;
+  for (std::size_t c = 0; c < 6; ++c)
+    histories.push_back(letters(40 + c, 20 + c));
+  for (int turn = 0; turn < 3; ++turn) {
+    std::vector<std::shared_ptr<actors::token_stream>> streams;
+    std::vector<actors::submit_request> reqs;
+    for (std::size_t c = 0; c < histories.size(); ++c) {
+      reqs.push_back(request(histories[c], c % 2 == 1, 1));
+      auto s = sut.engine->submit(reqs.back());
+      REQUIRE(s.has_value());
+      streams.push_back(*s);
+    }
+    for (std::size_t c = 0; c < histories.size(); ++c) {
+      CAPTURE(turn);
+      CAPTURE(c);
+      auto got = streams[c]->collect(30s);
+      REQUIRE(got.has_value());
+      const auto want = cold(reqs[c]);
+      CHECK(got->tokens == want);
+      histories[c] = concat(concat(histories[c], want), letters(6, 50 + c + turn));
+    }
+  }
+  const auto st = sut.stats();
+  CHECK(st.reuse_hits > 0);
+  CHECK(st.failed == 0);
+  const auto store = sut.engine->store_stats();
+  CHECK(store.used_bytes <= cfg.store.max_bytes);
+}
+
+TEST_CASE("reuse: mode off drops every retained entry and frees its slots and store bytes") {
+  auto cfg = reuse_config(scheduler_mode::overlap);
+  engine_fixture sut{cfg};
+  for (std::size_t c = 0; c < 6; ++c)
+    run_one(*sut.engine, request(letters(40, 30 + c), false));
+  CHECK(sut.stats().retained > 0);
+  auto off = cfg.reuse;
+  off.mode = actors::reuse_mode::off;
+  REQUIRE(sut.engine->update_reuse(off));
+  CHECK(sut.stats().retained == 0);
+  sut.check_nothing_leaked();
+}
