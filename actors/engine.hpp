@@ -80,7 +80,7 @@ struct model_entry {
 class engine {
 public:
   /// Creates the store and one backend + scheduler per model. In mode
-  /// `ideal` every model must use the sim, whose transfer times are zeroed.
+  /// `free-transfer` every model must use the sim, whose transfer times are zeroed.
   static expected<std::unique_ptr<engine>, std::string> create(caf::actor_system& sys,
                                                                const engine_config& cfg,
                                                                scheduler_observer observer = {},
