@@ -53,8 +53,8 @@ what to run:
   --sim-overlap MODE      sim: full, none or shared (overrides the profile)
   --devices LIST          sim: run the comparison once per overlap assumption, e.g.
                           none,shared,full (side by side in the report and JSON)
-  --slo-interactive T,P   interactive SLO: TTFT <= T ms and TPOT <= P ms (default 1000,100)
-  --slo-batch T,P         batch SLO (default 30000,250)
+  --slo-interactive T,P   interactive SLO: TTFT <= T ms and TPOT <= P ms (default 2000,200)
+  --slo-batch T,P         batch SLO (default 60000,1000)
   --timeout SECONDS       wall bound on one mode's run (default: 60 + 4x the arrival span)
 
 output:

@@ -204,7 +204,7 @@ TEST_CASE("bench report: the JSON states the SLOs and carries each device's mode
   auto doc = nlohmann::json::parse(to_json(sut));
   CHECK(doc["workload"]["slo"]["interactive"]["ttft_ms"] == 800);
   CHECK(doc["workload"]["slo"]["interactive"]["tpot_ms"] == 80);
-  CHECK(doc["workload"]["slo"]["batch"]["ttft_ms"] == 30000);
+  CHECK(doc["workload"]["slo"]["batch"]["ttft_ms"] == 60000);
   CHECK(doc["modes"]["overlap"]["goodput_req_s"].is_number());
   REQUIRE(doc["devices"].contains("none"));
   REQUIRE(doc["devices"].contains("full"));

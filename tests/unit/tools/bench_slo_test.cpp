@@ -52,7 +52,7 @@ TEST_CASE("bench slo: a single-token reply has no TPOT and is held to TTFT only"
 
 TEST_CASE("bench slo: attainment and goodput over a run") {
   std::vector<request_outcome> reqs{done(true, 10, 5), done(true, 5000, 5), done(false, 10, 5),
-                                    done(false, 10, 900)};
+                                    done(false, 10, 1500)};
   auto sut = evaluate_slo(reqs, 2.0, {});
   CHECK(sut.met == 2);
   CHECK(sut.met_interactive == 1);
