@@ -9,7 +9,7 @@ BENCH_TRACE  ?= ../shared/traces/azure-llm-2023-conv.csv
 BENCH_FLAGS  ?=
 SOAK_SECONDS ?= 600
 
-.PHONY: all bootstrap build run test soak sanitize clean bench bench-sweep bench-build
+.PHONY: all bootstrap build run test soak sanitize clean bench bench-load bench-sweep bench-build
 
 all: build
 
@@ -35,19 +35,27 @@ soak: build
 	./$(BUILD_DIR)/kvlane-soak --seconds $(SOAK_SECONDS)
 
 # Benchmarks (docs/benchmarks.md): figures and ratios, not pass/fail tests.
-# The default comparison: conv trace, 200 requests, load 1.0, 20% interactive, all four modes.
+# The default comparison: conv trace, 100 requests, load 1.5, 20% interactive, all six modes,
+# side by side under the three device overlap assumptions (none, shared, full).
 bench-build: bootstrap $(BUILD_DIR)/CMakeCache.txt
 	@./scripts/bootstrap --bench
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target kvlane-bench kvlaned
 
 bench: bench-build
 	@mkdir -p $(BENCH_DIR)
-	./$(BUILD_DIR)/kvlane-bench --trace $(BENCH_TRACE) --requests 200 --load 1.0 \
-	  --interactive-share 0.2 --modes fcfs,sync,overlap,ideal --path inproc \
+	./$(BUILD_DIR)/kvlane-bench --trace $(BENCH_TRACE) --requests 100 --load 1.5 \
+	  --interactive-share 0.2 --devices none,shared,full --path inproc \
 	  --json $(BENCH_DIR)/latest.json --plot $(BENCH_DIR)/latest.png $(BENCH_FLAGS)
 
+# SLO attainment against offered load (0.5-2.0), every mode, the profile's device (full overlap).
+bench-load: bench-build
+	@mkdir -p $(BENCH_DIR)
+	./$(BUILD_DIR)/kvlane-bench --trace $(BENCH_TRACE) --requests 100 --load 1.5 \
+	  --interactive-share 0.2 --sweep 0.5,1.0,1.5,2.0 --path inproc \
+	  --json $(BENCH_DIR)/load.json --plot $(BENCH_DIR)/load.png $(BENCH_FLAGS)
+
 # The quantum sweep on a decode-heavy synthetic mix (many steps per second, so the
-# quantum drives the preemption rate): sync, overlap and ideal at each quantum.
+# quantum drives the preemption rate): sync, overlap and free-transfer at each quantum.
 bench-sweep: bench-build
 	@mkdir -p $(BENCH_DIR)
 	./$(BUILD_DIR)/kvlane-bench --synthetic --requests 100 --prompt-mean 256 --output-mean 256 \

@@ -60,10 +60,10 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
                                                               scheduler_observer observer,
                                                               completion_hook on_complete,
                                                               failure_hook on_failure) {
-  const bool ideal = cfg.scheduler.mode == actors::scheduler_mode::ideal;
+  const bool free_transfers = actors::rules_of(cfg.scheduler.mode).free_transfers;
   for (auto& m : cfg.models)
-    if (ideal && m.backend.kind != "sim")
-      return unexpected(fmt::format("scheduler mode 'ideal' models free transfers and needs the "
+    if (free_transfers && m.backend.kind != "sim")
+      return unexpected(fmt::format("scheduler mode 'free-transfer' models free transfers and needs the "
                                     "sim backend; model '{}' uses '{}'",
                                     m.name, m.backend.kind));
 
@@ -84,7 +84,7 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
   for (std::uint32_t i = 0; i < cfg.models.size(); ++i) {
     const auto& m = cfg.models[i];
     auto backend_cfg = m.backend;
-    if (ideal) {
+    if (free_transfers) {
       backend_cfg.sim.dump_min_ms = backend_cfg.sim.dump_max_ms = 0;
       backend_cfg.sim.load_min_ms = backend_cfg.sim.load_max_ms = 0;
     }

@@ -94,7 +94,7 @@ struct model_failure {
 class engine {
 public:
   /// Creates the store and one backend + scheduler per model. In mode
-  /// `ideal` every model must use the sim, whose transfer times are zeroed.
+  /// `free-transfer` every model must use the sim, whose transfer times are zeroed.
   /// `on_failure` (optional) is called once per model that fails, on an
   /// actor thread; it must not block.
   static expected<std::unique_ptr<engine>, std::string> create(caf::actor_system& sys,

@@ -30,7 +30,7 @@ std::uint32_t mlfq_policy::quantum_of(std::uint32_t level) const noexcept {
 }
 
 std::uint32_t mlfq_policy::initial_level(std::uint32_t prompt_len) const noexcept {
-  if (!setup_.preemptive)
+  if (setup_.order != rank_order::mlfq)
     return 0;
   auto chunk = std::max(1u, setup_.max_prefill_chunk);
   auto prefill_steps = (prompt_len + chunk - 1) / chunk;
@@ -49,7 +49,7 @@ mlfq_position mlfq_policy::enter(priority_class cls, std::uint32_t prompt_len) n
 }
 
 void mlfq_policy::charge_step(mlfq_position& p) noexcept {
-  if (!setup_.preemptive)
+  if (setup_.order != rank_order::mlfq)
     return;
   if (++p.quantum_used < quantum_of(p.level))
     return;
@@ -60,7 +60,7 @@ void mlfq_policy::charge_step(mlfq_position& p) noexcept {
 }
 
 void mlfq_policy::age(mlfq_position& p, bool resident) const noexcept {
-  if (knobs_.aging_steps == 0 || !setup_.preemptive)
+  if (knobs_.aging_steps == 0 || setup_.order != rank_order::mlfq)
     return;
   if (resident) {
     p.waited_steps = 0;
@@ -78,9 +78,15 @@ std::vector<std::size_t> mlfq_policy::rank(std::span<const rank_entry> entries) 
   for (std::size_t i = 0; i < all.size(); ++i)
     all[i] = i;
   auto pos = [&](std::size_t i) -> const mlfq_position& { return *entries[i].position; };
-  if (!setup_.preemptive) {
+  if (setup_.order == rank_order::arrival) {
     std::sort(all.begin(), all.end(),
               [&](std::size_t a, std::size_t b) { return pos(a).turn < pos(b).turn; });
+    return all;
+  }
+  if (setup_.order == rank_order::priority) {
+    std::sort(all.begin(), all.end(), [&](std::size_t a, std::size_t b) {
+      return std::pair(pos(a).cls, pos(a).turn) < std::pair(pos(b).cls, pos(b).turn);
+    });
     return all;
   }
   std::sort(all.begin(), all.end(),

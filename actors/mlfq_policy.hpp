@@ -12,12 +12,14 @@
 // that used them drops one level and takes a new turn, i.e. goes to the back.
 // A new sequence enters at the first level whose quantum covers its prefill
 // (skip-join); one that waited `aging_steps` steps without a slot returns to
-// level 0. Non-preemptive (fcfs) policy ranks by arrival only.
+// level 0. The other rank orders (docs/scheduling.md) have no levels: by
+// arrival (fcfs) or by (class, arrival) (prio-fcfs, recompute).
 //
 // Pure: values in, decisions out; no clock, no actor. Threading: a plain
 // value owned by one scheduler.
 
 #include "actors/messages.hpp"
+#include "actors/policy.hpp"
 
 #include <cstdint>
 #include <span>
@@ -45,8 +47,8 @@ struct mlfq_knobs {
 
 /// What is fixed for a model's lifetime.
 struct mlfq_setup {
-  bool preemptive = true;          ///< false: fcfs, arrival order and no levels
-  bool serialized_fallback = false; ///< 4x quanta below level 0
+  rank_order order = rank_order::mlfq; ///< levels and quanta only with mlfq
+  bool serialized_fallback = false;    ///< 4x quanta below level 0
   std::uint32_t max_prefill_chunk = 1; ///< tokens one prefill step covers
 };
 
@@ -69,7 +71,7 @@ public:
   std::uint32_t quantum_of(std::uint32_t level) const noexcept;
 
   /// Skip-join: the first level whose quantum covers the prefill of a
-  /// `prompt_len`-token prompt (0 when not preemptive).
+  /// `prompt_len`-token prompt (0 without levels).
   std::uint32_t initial_level(std::uint32_t prompt_len) const noexcept;
 
   /// The position of a newly arrived sequence: its entry level, the next turn.
@@ -84,8 +86,8 @@ public:
   /// level 0 (keeping its turn); one that holds a slot starts waiting anew.
   void age(mlfq_position& p, bool resident) const noexcept;
 
-  /// Indices into `entries`, best first: by turn when not preemptive, else by
-  /// (class, level, turn) with clients interleaved round-robin inside each
+  /// Indices into `entries`, best first: by turn (arrival), by (class, turn)
+  /// (priority), or by (class, level, turn) (mlfq) with clients interleaved round-robin inside each
   /// (class, level) in the order of their earliest turn there.
   std::vector<std::size_t> rank(std::span<const rank_entry> entries) const;
 

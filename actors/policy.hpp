@@ -8,18 +8,51 @@
 // knob, docs/config.md their ranges.
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace kvlane::actors {
 
 /// How a scheduler shares its model's slots.
+/// Each is a mode of the same engine on the same requests (docs/scheduling.md).
 enum class scheduler_mode : std::uint8_t {
-  fcfs,    ///< arrival order, no preemption
-  sync,    ///< preemption with transfers on the compute lane, between steps
-  overlap, ///< preemption with transfers on the transfer lane, while steps run
-  ideal,   ///< as overlap, with transfers that cost no device time (a reference)
+  fcfs,          ///< arrival order, no preemption (llama.cpp server, Ollama)
+  prio_fcfs,     ///< priority class, then arrival; no preemption
+  recompute,     ///< priority class, then arrival; a waiting request preempts the
+                 ///< lowest-ranked running one by dropping its KV (vLLM); no quanta
+  sync,          ///< MLFQ preemption with transfers on the compute lane, between steps
+  overlap,       ///< MLFQ preemption with transfers on the transfer lane, while steps run
+  free_transfer, ///< as overlap, with transfers that cost no device time (a reference)
 };
+/// The mode's name in config and on the command line ("prio-fcfs", "free-transfer").
 std::string_view to_string(scheduler_mode m) noexcept;
+/// Parses a mode's name; "ideal" is accepted as the former name of
+/// "free-transfer".
+std::optional<scheduler_mode> parse_scheduler_mode(std::string_view name) noexcept;
+/// Every mode, in the order above.
+inline constexpr scheduler_mode all_scheduler_modes[] = {
+  scheduler_mode::fcfs,    scheduler_mode::prio_fcfs, scheduler_mode::recompute,
+  scheduler_mode::sync,    scheduler_mode::overlap,   scheduler_mode::free_transfer,
+};
+
+/// The order in which a mode ranks sequences for slots.
+enum class rank_order : std::uint8_t {
+  arrival,  ///< earliest arrival first
+  priority, ///< priority class, then arrival
+  mlfq,     ///< priority class, MLFQ level, turn (docs/scheduling.md)
+};
+
+/// What a mode decides, apart from where its transfers run.
+struct mode_rules {
+  rank_order order = rank_order::mlfq;
+  bool preempts = true;        ///< a waiting higher-ranked sequence may take a resident's slot
+  bool swaps = true;           ///< an evicted sequence may be swapped (else always recomputed)
+  bool keeps_spare = true;     ///< keeps `spare_slots` free for new interactive requests
+  bool free_transfers = false; ///< transfers cost no device time (sim only)
+
+  friend bool operator==(const mode_rules&, const mode_rules&) = default;
+};
+mode_rules rules_of(scheduler_mode mode) noexcept;
 
 /// Where a scheduler runs its transfers, from its mode and what its backend
 /// can do.
@@ -27,9 +60,13 @@ struct transfer_placement {
   /// Transfers run on the compute lane, between steps: `sync`, or `overlap` on
   /// a backend whose transfers cannot overlap compute.
   bool on_compute_lane = false;
-  /// `overlap` on such a backend: serialized as above, with 4x longer quanta
-  /// below level 0 (fewer, larger switches).
+  /// `overlap` on such a backend: serialized as above.
   bool fallback = false;
+  /// 4x longer quanta below level 0 (fewer, larger switches): whenever an
+  /// MLFQ mode serializes its transfers, so `sync` and overlap's fallback
+  /// follow the same quantum rule and differ from `overlap` only in where
+  /// transfers run.
+  bool long_quanta = false;
 
   friend bool operator==(const transfer_placement&, const transfer_placement&) = default;
 };

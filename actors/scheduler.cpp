@@ -89,6 +89,7 @@ struct scheduler_state {
   lane_actor compute;
   lane_actor transfer;
   scheduler_mode mode = scheduler_mode::overlap;
+  actors::mode_rules rules; ///< what the mode decides (actors/policy)
   bool serialized = false; ///< transfers share the compute lane (sync, or no overlap)
   bool fallback = false;   ///< overlap mode on a backend that cannot overlap
   mlfq_policy mlfq;
@@ -848,8 +849,8 @@ private:
     in.owners = owners;
     in.dumping = slots_being_freed() + st_.retained_dumps_in_flight;
     in.transfers_pending = transfers_pending();
-    in.spare_slots = st_.spare;
-    in.preemptive = st_.mode != scheduler_mode::fcfs;
+    in.spare_slots = st_.rules.keeps_spare ? st_.spare : 0;
+    in.preemptive = st_.rules.preempts;
     planned_actions actions{*this};
     actors::plan_slots(in, actions);
   }
@@ -866,7 +867,7 @@ private:
   }
 
   bool would_recompute(const sequence& s) const {
-    return s.kv_len == 0
+    return s.kv_len == 0 || !st_.rules.swaps
            || st_.costs.prefer_recompute(s.kv_len, st_.setup.backend->snapshot_size(s.kv_len),
                                          st_.serialized);
   }
@@ -1035,6 +1036,7 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   st.log = logging::get("scheduler");
   st.info = setup.backend->info();
   st.mode = setup.policy.mode;
+  st.rules = actors::rules_of(st.mode);
   st.slot_owner.assign(st.info.slots, std::nullopt);
   st.warm.assign(st.info.slots, std::nullopt);
   st.reuse = setup.reuse;
@@ -1042,8 +1044,7 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   const auto placement = place_transfers(st.mode, st.info.caps.transfer_overlaps_compute);
   st.fallback = placement.fallback;
   st.serialized = placement.on_compute_lane;
-  st.mlfq = mlfq_policy{{st.mode != scheduler_mode::fcfs, st.fallback, st.info.max_prefill_chunk},
-                        {}};
+  st.mlfq = mlfq_policy{{st.rules.order, placement.long_quanta, st.info.max_prefill_chunk}, {}};
   apply_policy(st, setup.policy);
   if (st.fallback)
     st.log->info("model '{}': backend cannot overlap transfers with compute; "

@@ -12,10 +12,13 @@
 // owns the sequences, the slot table and the store handles, talks to the
 // lanes, samples tokens and keeps the statistics.
 //
-// Modes: fcfs (arrival order, no preemption), sync (transfers on the compute
-// lane between steps), overlap (transfers on the transfer lane while steps
-// run; falls back to sync with 4x longer quanta if the backend cannot
-// overlap), ideal (as overlap; the engine zeroes the sim's transfer times).
+// Modes (actors/policy: rules_of, place_transfers): fcfs (arrival order, no
+// preemption), prio-fcfs (class then arrival, no preemption), recompute
+// (class then arrival; preempts by dropping KV), sync (MLFQ, transfers on the
+// compute lane between steps, 4x longer quanta below level 0), overlap
+// (transfers on the transfer lane while steps run; falls back to sync's rule
+// if the backend cannot overlap), free-transfer (as overlap; the engine zeroes
+// the sim's transfer times).
 //
 // Threading: a CAF event-based actor; all state is its own. Blocking calls
 // happen only in its two detached lanes.

@@ -28,12 +28,13 @@ using namespace config_reader;
 
 using actors::scheduler_mode;
 
-// Built from actors::to_string so that config names and reported names agree.
+// Built from actors::to_string so that config names and reported names agree;
+// "ideal", the former name of "free-transfer", is still accepted.
 std::vector<choice<scheduler_mode>> scheduler_modes() {
   std::vector<choice<scheduler_mode>> out;
-  for (auto m : {scheduler_mode::fcfs, scheduler_mode::sync, scheduler_mode::overlap,
-                 scheduler_mode::ideal})
+  for (auto m : actors::all_scheduler_modes)
     out.push_back({actors::to_string(m), m});
+  out.push_back({"ideal", scheduler_mode::free_transfer});
   return out;
 }
 

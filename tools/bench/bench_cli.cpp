@@ -92,6 +92,8 @@ int run_bench(const bench_options& o) {
   ctx.model = model.name;
   ctx.path = std::string{path_name(o.path)};
   ctx.time_scale = setup->time_scale;
+  ctx.slo = o.slo;
+  ctx.slo_defaults = !o.slo_given;
   auto workload = prepare_workload(o, *setup, ctx);
   if (!workload)
     return fail(workload.error());

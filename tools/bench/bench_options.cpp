@@ -18,7 +18,7 @@ constexpr std::string_view usage_text = R"(usage: kvlane-bench (--trace PATH | -
 Replays a workload against the serving core once per scheduling mode (same
 requests, same seed, a fresh engine or daemon each) and reports throughput,
 latency percentiles, NPU busy time, transfers and preemptions, with ratios against
-the `ideal` mode and of `overlap` against `fcfs` and `sync`. Times are simulated
+the `free-transfer` mode and of `overlap` against the others. Times are simulated
 milliseconds (wall ms x time_scale). See docs/benchmarks.md.
 
 workload:
@@ -36,8 +36,9 @@ workload:
   --seed N                seed of every random choice (default 1)
 
 what to run:
-  --modes LIST            comma list of fcfs,sync,overlap,ideal (default all four;
-                          --sweep-quantum: sync,overlap,ideal)
+  --modes LIST            comma list of fcfs,prio-fcfs,recompute,sync,overlap,
+                          free-transfer (default all six; `ideal` is accepted for
+                          free-transfer; --sweep-quantum: sync,overlap,free-transfer)
   --sweep LOADS           also run every mode at each load, e.g. 0.5,0.75,1.0,1.25
   --sweep-quantum         halve scheduler.quantum_steps from its configured value until
                           a mode preempts >= 1 time per slot per simulated second
@@ -50,6 +51,10 @@ what to run:
   --model NAME            model to drive (default: the first)
   --time-scale S          sim: simulated ms per wall ms (overrides the profile)
   --sim-overlap MODE      sim: full, none or shared (overrides the profile)
+  --devices LIST          sim: run the comparison once per overlap assumption, e.g.
+                          none,shared,full (side by side in the report and JSON)
+  --slo-interactive T,P   interactive SLO: TTFT <= T ms and TPOT <= P ms (default 2000,200)
+  --slo-batch T,P         batch SLO (default 60000,1000)
   --timeout SECONDS       wall bound on one mode's run (default: 60 + 4x the arrival span)
 
 output:
@@ -67,16 +72,11 @@ bool parse_number(std::string_view s, T& out) {
   return !s.empty() && ec == std::errc{} && p == s.data() + s.size();
 }
 
-std::optional<actors::scheduler_mode> parse_mode(std::string_view s) {
-  using actors::scheduler_mode;
-  if (s == "fcfs")
-    return scheduler_mode::fcfs;
-  if (s == "sync")
-    return scheduler_mode::sync;
-  if (s == "overlap")
-    return scheduler_mode::overlap;
-  if (s == "ideal")
-    return scheduler_mode::ideal;
+std::optional<backends::transfer_overlap> parse_overlap(std::string_view s) {
+  using backends::transfer_overlap;
+  for (auto d : {transfer_overlap::none, transfer_overlap::shared, transfer_overlap::full})
+    if (backends::to_string(d) == s)
+      return d;
   return std::nullopt;
 }
 
@@ -181,12 +181,14 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
     } else if (a == "--modes") {
       auto v = value();
       if (!v)
-        return fail("--modes needs a comma list of fcfs,sync,overlap,ideal");
+        return fail("--modes needs a comma list of fcfs,prio-fcfs,recompute,sync,overlap,"
+                    "free-transfer");
       o.modes.clear();
       for (auto name : split(*v, ',')) {
-        auto m = parse_mode(name);
+        auto m = actors::parse_scheduler_mode(name);
         if (!m)
-          return fail(fmt::format("--modes: unknown mode '{}' (known: fcfs, sync, overlap, ideal)",
+          return fail(fmt::format("--modes: unknown mode '{}' (known: fcfs, prio-fcfs, recompute, "
+                                  "sync, overlap, free-transfer)",
                                   name));
         if (std::find(o.modes.begin(), o.modes.end(), *m) == o.modes.end())
           o.modes.push_back(*m);
@@ -199,14 +201,32 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
       o.time_scale = x;
     } else if (a == "--sim-overlap") {
       auto v = value();
-      if (v == "full")
-        o.sim_overlap = backends::transfer_overlap::full;
-      else if (v == "none")
-        o.sim_overlap = backends::transfer_overlap::none;
-      else if (v == "shared")
-        o.sim_overlap = backends::transfer_overlap::shared;
-      else
+      auto d = v ? parse_overlap(*v) : std::nullopt;
+      if (!d)
         return fail("--sim-overlap needs full, none or shared");
+      o.sim_overlap = *d;
+    } else if (a == "--devices") {
+      auto v = value();
+      if (!v)
+        return fail("--devices needs a comma list of none,shared,full");
+      o.devices.clear();
+      for (auto name : split(*v, ',')) {
+        auto d = parse_overlap(name);
+        if (!d)
+          return fail(fmt::format("--devices: unknown overlap '{}' (known: none, shared, full)",
+                                  name));
+        if (std::find(o.devices.begin(), o.devices.end(), *d) == o.devices.end())
+          o.devices.push_back(*d);
+      }
+    } else if (a == "--slo-interactive" || a == "--slo-batch") {
+      auto v = value();
+      if (!v)
+        return fail(fmt::format("{} needs TTFT_MS,TPOT_MS", a));
+      auto b = parse_slo_bound(*v);
+      if (!b)
+        return fail(fmt::format("{}: {}", a, b.error()));
+      (a == "--slo-interactive" ? o.slo.interactive : o.slo.batch) = *b;
+      o.slo_given = true;
     } else if (a == "--path") {
       auto v = value();
       if (v == "inproc")
@@ -281,6 +301,8 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
     return fail("--load and --rate-scale both scale arrivals: give one");
   if (!o.sweep_loads.empty() && o.rate_scale)
     return fail("--sweep scales arrivals to each load: it cannot be combined with --rate-scale");
+  if (!o.devices.empty() && o.sweep_quantum)
+    return fail("--devices and --sweep-quantum are exclusive");
   if (!o.sweep_loads.empty() && o.sweep_quantum)
     return fail("--sweep and --sweep-quantum are separate runs: give one");
   if (o.path == bench_path::both && (!o.sweep_loads.empty() || o.sweep_quantum))
@@ -296,11 +318,13 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
     return fail("--modes needs at least one mode");
   if (o.sweep_quantum && !o.modes_given)
     o.modes = {actors::scheduler_mode::sync, actors::scheduler_mode::overlap,
-               actors::scheduler_mode::ideal};
-  if (o.sweep_quantum)
-    std::erase(o.modes, actors::scheduler_mode::fcfs); // fcfs has no quantum
+               actors::scheduler_mode::free_transfer};
+  if (o.sweep_quantum) // only the MLFQ modes have a quantum
+    std::erase_if(o.modes, [](actors::scheduler_mode m) {
+      return actors::rules_of(m).order != actors::rank_order::mlfq;
+    });
   if (o.modes.empty())
-    return fail("--sweep-quantum needs a preempting mode (sync, overlap or ideal)");
+    return fail("--sweep-quantum needs an MLFQ mode (sync, overlap or free-transfer)");
   return o;
 }
 

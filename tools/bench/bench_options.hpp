@@ -11,6 +11,7 @@
 
 #include "common/expected.hpp"
 #include "daemon/config.hpp"
+#include "tools/bench/slo.hpp"
 #include "tools/bench/workload.hpp"
 
 #include <cstdint>
@@ -32,13 +33,15 @@ struct bench_options {
   std::optional<double> load;         ///< offered load as a fraction of capacity
   std::optional<double> rate_scale;   ///< arrival rate multiplier (exclusive with load)
   double interactive_share = 0.2;
-  std::vector<actors::scheduler_mode> modes{actors::scheduler_mode::fcfs,
-                                            actors::scheduler_mode::sync,
-                                            actors::scheduler_mode::overlap,
-                                            actors::scheduler_mode::ideal};
+  std::vector<actors::scheduler_mode> modes{std::begin(actors::all_scheduler_modes),
+                                            std::end(actors::all_scheduler_modes)};
   bool modes_given = false;
   std::optional<double> time_scale;
   std::optional<backends::transfer_overlap> sim_overlap;
+  /// --devices: the comparison once per sim overlap assumption, side by side.
+  std::vector<backends::transfer_overlap> devices;
+  slo_set slo;                        ///< per-class SLOs for goodput
+  bool slo_given = false;             ///< an --slo-* flag replaced a default
   bench_path path = bench_path::inproc;
   std::string kvlaned_path;           ///< --path ipc/both; empty = next to this program
   std::string config_path;            ///< empty = the built-in bench profile

@@ -100,19 +100,19 @@ expected<bench_setup, bench_failure> load_setup(const bench_options& o) {
   s.cfg.models = {*m};
   auto& model = s.cfg.models.front();
   s.sim = model.backend.kind == "sim";
-  if ((o.time_scale || o.sim_overlap) && !s.sim)
-    return fail(exit_code::usage, fmt::format("--time-scale and --sim-overlap apply to the sim; "
+  if ((o.time_scale || o.sim_overlap || !o.devices.empty()) && !s.sim)
+    return fail(exit_code::usage, fmt::format("--time-scale, --sim-overlap and --devices apply to the sim; "
                                               "model '{}' uses backend '{}'",
                                               model.name, model.backend.kind));
   if (o.time_scale)
     model.backend.sim.time_scale = *o.time_scale;
   if (o.sim_overlap)
     model.backend.sim.overlap = *o.sim_overlap;
-  if (!s.sim && std::find(o.modes.begin(), o.modes.end(), actors::scheduler_mode::ideal)
+  if (!s.sim && std::find(o.modes.begin(), o.modes.end(), actors::scheduler_mode::free_transfer)
                   != o.modes.end())
-    return fail(exit_code::usage, fmt::format("mode 'ideal' models free transfers and needs the "
-                                              "sim; model '{}' uses backend '{}': pass --modes "
-                                              "fcfs,sync,overlap",
+    return fail(exit_code::usage, fmt::format("mode 'free-transfer' models free transfers and needs "
+                                              "the sim; model '{}' uses backend '{}': pass --modes "
+                                              "fcfs,prio-fcfs,recompute,sync,overlap",
                                               model.name, model.backend.kind));
   s.time_scale = s.sim ? model.backend.sim.time_scale : 1.0;
   auto b = backends::make_backend(model.name, model.backend);

@@ -40,7 +40,7 @@ public:
         auto r = run_mode(ro, mode, reqs);
         if (!r)
           return unexpected(fmt::format("mode {}: {}", actors::to_string(mode), r.error()));
-        auto s = summarize(*r);
+        auto s = summarize(*r, o_.slo);
         done(label, s, *r, "");
         out.push_back(std::move(s));
       }
@@ -55,11 +55,14 @@ public:
         auto r = run_mode_ipc(io, mode, reqs);
         if (!r)
           return unexpected(fmt::format("mode {} (ipc): {}", actors::to_string(mode), r.error()));
-        auto s = summarize(*r);
+        auto s = summarize(*r, o_.slo);
         done(label, s, *r, " (ipc)");
         (inproc && ipc_out ? *ipc_out : out).push_back(std::move(s));
       }
     }
+    apply_hidden_cost(out);
+    if (ipc_out)
+      apply_hidden_cost(*ipc_out);
     return out;
   }
 
@@ -150,6 +153,27 @@ expected<void, std::string> compare_modes(const mode_runner& runner, const bench
   }
   report.ratios = standard_ratios(report.modes);
   report.targets = comparison_targets(report.modes, setup.info.caps.transfer_overlaps_compute);
+  // Side by side: the same requests under each device assumption; the
+  // configured device's comparison (above) is reused, not run twice.
+  const auto configured = setup.model().backend.sim.overlap;
+  for (auto d : o.devices) {
+    device_run dr;
+    dr.overlap = d;
+    dr.assumption = d == backends::transfer_overlap::full;
+    if (d == configured) {
+      dr.modes = report.modes;
+    } else {
+      auto run_cfg = setup.cfg;
+      run_cfg.models.front().backend.sim.overlap = d;
+      auto modes = runner.run_all(w.main, run_cfg,
+                                  fmt::format("device {}: ", backends::to_string(d)), nullptr);
+      if (!modes)
+        return unexpected(std::move(modes).error());
+      dr.modes = std::move(*modes);
+    }
+    dr.targets = comparison_targets(dr.modes, d != backends::transfer_overlap::none);
+    report.devices.push_back(std::move(dr));
+  }
   for (auto& t : compare_paths(report.modes, report.ipc_modes))
     report.targets.push_back(std::move(t));
   return {};

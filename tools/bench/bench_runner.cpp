@@ -115,9 +115,8 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
   const auto* entry = engine->find_model(model);
   if (!entry)
     return unexpected(fmt::format("no model named '{}' in the configuration", model));
-  result.serialized = mode == actors::scheduler_mode::sync
-                      || (mode != actors::scheduler_mode::fcfs
-                          && !entry->info.caps.transfer_overlaps_compute);
+  result.serialized =
+    actors::place_transfers(mode, entry->info.caps.transfer_overlaps_compute).on_compute_lane;
 
   auto col = std::make_shared<collector>();
   col->outcomes = &result.requests;

@@ -61,6 +61,16 @@ expected<bench_workload, bench_failure> prepare_workload(const bench_options& o,
   ctx.offered_load = offered_load(w.main, w.wm).value_or(0);
   ctx.capacity_req_s = capacity_req_s(w.main, w.wm);
   ctx.work_s = work_ms(w.main, w.wm) / 1000.0;
+  {
+    // The bound for every mode: every slot decodes (no spare kept).
+    auto loosest = w.wm;
+    loosest.decode_batch = std::max(loosest.decode_batch, setup.info.slots);
+    const double work_s = work_ms(w.main, loosest) / 1000.0;
+    double output = 0;
+    for (const auto& r : w.main)
+      output += r.output_tokens;
+    ctx.capacity_tok_s = work_s > 0 ? output / work_s : 0;
+  }
   ctx.arrival_span_s = w.main.empty() ? 0 : w.main.back().arrival_s;
   double prompt = 0, output = 0;
   for (const auto& r : w.main) {

@@ -238,8 +238,7 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
   result.mode = mode;
   result.time_scale = ts;
   result.store_peaks_known = false;
-  result.serialized = mode == actors::scheduler_mode::sync
-                      || (mode != actors::scheduler_mode::fcfs && !opts.transfers_overlap);
+  result.serialized = actors::place_transfers(mode, opts.transfers_overlap).on_compute_lane;
   result.requests.resize(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     auto& o = result.requests[i];

@@ -30,6 +30,12 @@ json mode_json(const mode_summary& m, bool timeline) {
   j["tpot_p99_ms"] = json_figure(m.tpot_p99_ms);
   j["e2e_p50_ms"] = json_figure(m.e2e_p50_ms);
   j["e2e_p99_ms"] = json_figure(m.e2e_p99_ms);
+  j["goodput_req_s"] = json_figure(m.goodput_req_s);
+  j["slo_attainment"] = json_figure(m.slo_attainment);
+  j["slo_met_interactive"] = m.slo_met_interactive;
+  j["slo_met_batch"] = m.slo_met_batch;
+  j["saturation_tok_s"] = json_figure(m.saturation_tok_s);
+  j["saturated_s"] = json_figure(m.saturated_s);
   j["npu_busy"] = json_figure(m.npu_busy);
   j["transfer_s"] = json_figure(m.transfer_s);
   j["transfer_hidden"] = json_figure(m.transfer_hidden);
@@ -153,7 +159,14 @@ json workload_json(const report_context& c) {
   j["rate_scale"] = json_figure(c.rate_scale);
   j["offered_load"] = json_figure(c.offered_load);
   j["capacity_req_s"] = json_figure(c.capacity_req_s);
+  j["capacity_tok_s"] = json_figure(c.capacity_tok_s);
   j["work_s"] = json_figure(c.work_s);
+  auto bound = [](const slo_bound& b) {
+    return json{{"ttft_ms", json_figure(b.ttft_ms)}, {"tpot_ms", json_figure(b.tpot_ms)}};
+  };
+  j["slo"] = json{{"interactive", bound(c.slo.interactive)},
+                  {"batch", bound(c.slo.batch)},
+                  {"source", c.slo_defaults ? "defaults (docs/benchmarks.md)" : "command line"}};
   j["arrival_span_s"] = json_figure(c.arrival_span_s);
   j["prompt_tokens_mean"] = json_figure(c.prompt_tokens_mean);
   j["output_tokens_mean"] = json_figure(c.output_tokens_mean);
@@ -176,6 +189,14 @@ json report_json(const bench_report& r) {
     j["ipc_modes"] = modes_json(r.ipc_modes, r.include_timeline);
   j["ratios"] = ratios_json(r.ratios);
   j["targets"] = targets_json(r.targets);
+  if (!r.devices.empty()) {
+    auto& devices = j["devices"] = json::object();
+    for (auto& d : r.devices)
+      devices[std::string{backends::to_string(d.overlap)}] =
+        json{{"assumption", d.assumption},
+             {"modes", modes_json(d.modes)},
+             {"targets", targets_json(d.targets)}};
+  }
   if (!r.load_sweep.empty()) {
     auto& points = j["load_sweep"] = json::array();
     for (auto& p : r.load_sweep)

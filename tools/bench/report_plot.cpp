@@ -47,22 +47,27 @@ plot_page comparison_page(const bench_report& r, std::span<const actors::schedul
                  plot_style::bars, {}, {}};
   plot_panel inter{"TTFT p99, interactive requests", "mode", "simulated ms", false,
                    plot_style::bars, {}, {}};
-  plot_series bars{"tokens/s", {}}, ibars{"interactive TTFT p99", {}};
+  plot_panel good{"goodput (requests within their SLO)", "mode", "requests per simulated second",
+                  false, plot_style::bars, {}, {}};
+  plot_series bars{"tokens/s", {}}, ibars{"interactive TTFT p99", {}}, gbars{"goodput", {}};
   const auto columns = report_columns(r);
   for (std::size_t i = 0; i < columns.size(); ++i) {
     const auto& s = columns[i];
     cdfp.series.push_back({s.mode, cdf(s.ttft_samples_ms)});
     bars.points.emplace_back(static_cast<double>(i), s.throughput_tok_s);
     ibars.points.emplace_back(static_cast<double>(i), s.ttft_p99_interactive_ms);
+    gbars.points.emplace_back(static_cast<double>(i), s.goodput_req_s);
+    good.bar_labels.push_back(s.mode);
     thr.bar_labels.push_back(s.mode);
     inter.bar_labels.push_back(s.mode);
   }
   thr.series.push_back(std::move(bars));
   inter.series.push_back(std::move(ibars));
-  page.panels = {std::move(cdfp), std::move(thr), std::move(inter)};
-  page.columns = 3;
-  page.width = 1800;
-  page.height = 550;
+  good.series.push_back(std::move(gbars));
+  page.panels = {std::move(cdfp), std::move(good), std::move(thr), std::move(inter)};
+  page.columns = 2;
+  page.width = 1400;
+  page.height = 1000;
   if (!r.load_sweep.empty()) {
     plot_panel sw{"TTFT p99 vs offered load", "offered load (x capacity)",
                   "TTFT p99, simulated ms", false, plot_style::linespoints, {}, {}};
@@ -75,9 +80,21 @@ plot_page comparison_page(const bench_report& r, std::span<const actors::schedul
             s.points.emplace_back(p.offered_load, x.ttft_p99_ms);
       sw.series.push_back(std::move(s));
     }
+    plot_panel att{"SLO attainment vs offered load", "offered load (x capacity)",
+                   "share of requests within their SLO", false, plot_style::linespoints, {}, {}};
+    att.key = "bottom left";
+    for (auto mode : modes) {
+      plot_series s{std::string{actors::to_string(mode)}, {}};
+      for (auto& p : r.load_sweep)
+        for (auto& x : p.modes)
+          if (x.mode == s.title)
+            s.points.emplace_back(p.offered_load, x.slo_attainment);
+      att.series.push_back(std::move(s));
+    }
+    page.panels.push_back(std::move(att));
     page.panels.push_back(std::move(sw));
-    page.columns = 2;
-    page.width = 1400;
+    page.columns = 3;
+    page.width = 1800;
     page.height = 1000;
   }
   return page;

@@ -60,7 +60,8 @@ struct live_sequence {
 class model {
 public:
   model(const options& opt)
-    : policy_({true, false, 32}, {64, 4, 0}), owners_(opt.slots), clients_(opt.clients) {}
+    : policy_({rank_order::mlfq, false, 32}, {64, 4, 0}), owners_(opt.slots),
+      clients_(opt.clients) {}
 
   void submit() {
     live_sequence s;

@@ -11,6 +11,7 @@ using actors::mlfq_knobs;
 using actors::mlfq_policy;
 using actors::mlfq_position;
 using actors::mlfq_setup;
+using actors::rank_order;
 using actors::priority_class;
 
 namespace {
@@ -19,7 +20,7 @@ constexpr std::uint32_t chunk = 32;
 
 mlfq_policy make_policy(mlfq_knobs knobs = {2, 4, 0}, bool preemptive = true,
                         bool fallback = false) {
-  return mlfq_policy{{preemptive, fallback, chunk}, knobs};
+  return mlfq_policy{{preemptive ? rank_order::mlfq : rank_order::arrival, fallback, chunk}, knobs};
 }
 
 struct live_sequence {
@@ -178,4 +179,24 @@ TEST_CASE("mlfq_policy: knobs change live and zero quanta or levels are raised t
   CHECK(p.level == 0); // one level only
   sut.charge_step(p);
   CHECK(p.level == 0);
+}
+
+TEST_CASE("mlfq_policy: priority order ranks by class then arrival, without levels or quanta") {
+  mlfq_policy sut{{rank_order::priority, false, chunk}, {2, 4, 1}};
+  auto batch_first = sut.enter(priority_class::batch, 10 * chunk);
+  auto interactive = sut.enter(priority_class::interactive, 10 * chunk);
+  auto batch_second = sut.enter(priority_class::batch, 1);
+  CHECK(batch_first.level == 0);
+  for (int i = 0; i < 100; ++i) {
+    sut.charge_step(batch_first);
+    sut.age(batch_second, false);
+  }
+  CHECK(batch_first.level == 0);
+  CHECK(batch_first.quantum_used == 0);
+  CHECK(batch_second.waited_steps == 0);
+  // Same client: no round-robin reordering either way.
+  std::vector<actors::rank_entry> entries{{&batch_second, "a"}, {&batch_first, "a"}, {&interactive, "a"}};
+  CHECK(sut.rank(entries) == std::vector<std::size_t>{2, 1, 0});
+  std::vector<actors::rank_entry> clients{{&batch_second, "b"}, {&batch_first, "a"}, {&interactive, "c"}};
+  CHECK(sut.rank(clients) == std::vector<std::size_t>{2, 1, 0});
 }

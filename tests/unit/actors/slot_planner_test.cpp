@@ -199,3 +199,15 @@ TEST_CASE("slot_planner: one slot has no spare") {
   r.ranked = {queued(7)};
   CHECK(r.plan() == decisions{"admit 7 -> slot 0"});
 }
+
+TEST_CASE("slot_planner: recompute mode's input (no spare, recompute victims) gives a waiting "
+          "higher-ranked sequence the lowest-ranked resident's slot at once") {
+  planning_round r;
+  r.spare = 0;
+  r.pending = 2; // a busy lane does not hold a recompute back
+  r.ranked = {resident(1, 0, true), queued(7), resident(2, 1, true), resident(3, 2, true)};
+  CHECK(r.plan() == decisions{"evict 3 by recompute", "admit 7 -> slot 2"});
+  // Nobody waits: every slot computes, nothing is evicted to keep a spare.
+  r.ranked = {resident(1, 0, true), resident(2, 1, true), resident(3, 2, true)};
+  CHECK(r.plan() == decisions{});
+}

@@ -537,7 +537,7 @@ TEST_CASE("config: out-of-range values are errors naming key, line and the allow
     {"[model.sim]\nseed = -1\n", "model[0].sim.seed", "between 0 and"},
     {"[model.sim.faults.step]\nfail_rate = nan\n", "model[0].sim.faults.step.fail_rate", "between 0 and 1"},
     {"[model.sim.faults.load]\nfail_nth = -1\n", "model[0].sim.faults.load.fail_nth", "between 0 and"},
-    {"[scheduler]\nmode = \"fifo\"\n", "scheduler.mode", "one of \"fcfs\", \"sync\", \"overlap\", \"ideal\" (got \"fifo\")"},
+    {"[scheduler]\nmode = \"fifo\"\n", "scheduler.mode", "one of \"fcfs\", \"prio-fcfs\", \"recompute\", \"sync\", \"overlap\", \"free-transfer\", \"ideal\" (got \"fifo\")"},
     {"[scheduler]\nquantum_tokens = 0\n", "scheduler.quantum_tokens", "between 1 and 1000000"},
     {"[scheduler]\nspare_slots = 65\n", "scheduler.spare_slots", "between 0 and 64"},
     {"[scheduler]\nlevels = 0\n", "scheduler.levels", "between 1 and 16"},
@@ -681,6 +681,21 @@ TEST_CASE("config: an unknown backend is an error listing the known backends") {
   CHECK(contains(e.message, "known backends: \"sim\""));
 }
 
+TEST_CASE("config: every scheduler mode is accepted and ideal is the former name of free-transfer") {
+  for (auto [text, mode] : {std::pair{"fcfs", scheduler_mode::fcfs},
+                            std::pair{"prio-fcfs", scheduler_mode::prio_fcfs},
+                            std::pair{"recompute", scheduler_mode::recompute},
+                            std::pair{"sync", scheduler_mode::sync},
+                            std::pair{"overlap", scheduler_mode::overlap},
+                            std::pair{"free-transfer", scheduler_mode::free_transfer},
+                            std::pair{"ideal", scheduler_mode::free_transfer}}) {
+    CAPTURE(text);
+    auto sut = parse(std::string(minimal) + "[scheduler]\nmode = \"" + text + "\"\n");
+    REQUIRE(sut.has_value());
+    CHECK(sut->scheduler.mode == mode);
+  }
+}
+
 TEST_CASE("config: quantum_tokens is accepted as the former name of quantum_steps") {
   auto sut = parse(std::string(minimal) + "[scheduler]\nquantum_tokens = 12\n");
   REQUIRE(sut.has_value());
@@ -763,7 +778,7 @@ TEST_CASE("config: to_string names scheduler modes as the config spells them") {
   CHECK(to_string(scheduler_mode::fcfs) == "fcfs");
   CHECK(to_string(scheduler_mode::sync) == "sync");
   CHECK(to_string(scheduler_mode::overlap) == "overlap");
-  CHECK(to_string(scheduler_mode::ideal) == "ideal");
+  CHECK(to_string(scheduler_mode::free_transfer) == "free-transfer");
   CHECK(kvlane::backends::to_string(transfer_overlap::full) == "full");
   CHECK(kvlane::backends::to_string(transfer_overlap::none) == "none");
   CHECK(kvlane::backends::to_string(transfer_overlap::shared) == "shared");

@@ -16,10 +16,14 @@ expected<bench_options, std::string> parse(std::vector<std::string_view> args) {
 
 } // namespace
 
-TEST_CASE("bench cli: defaults compare all four modes at load 1 with 20% interactive") {
+TEST_CASE("bench cli: defaults compare all six modes at load 1 with 20% interactive") {
   auto sut = parse({"--trace", "t.csv"});
   REQUIRE(sut.has_value());
-  CHECK(sut->modes.size() == 4);
+  CHECK(sut->modes == std::vector<actors::scheduler_mode>(std::begin(actors::all_scheduler_modes),
+                                                          std::end(actors::all_scheduler_modes)));
+  CHECK(sut->devices.empty());
+  CHECK(sut->slo == slo_set{});
+  CHECK_FALSE(sut->slo_given);
   CHECK(sut->requests == 200);
   CHECK(sut->interactive_share == 0.2);
   CHECK_FALSE(sut->load.has_value()); // run_bench applies 1.0 to traces
@@ -44,7 +48,7 @@ TEST_CASE("bench cli: the quantum sweep runs the preempting modes only") {
   auto sut = parse({"--synthetic", "--sweep-quantum"});
   REQUIRE(sut.has_value());
   CHECK(sut->modes == std::vector{actors::scheduler_mode::sync, actors::scheduler_mode::overlap,
-                                  actors::scheduler_mode::ideal});
+                                  actors::scheduler_mode::free_transfer});
   auto given = parse({"--synthetic", "--sweep-quantum", "--modes", "fcfs,overlap"});
   REQUIRE(given.has_value());
   CHECK(given->modes == std::vector{actors::scheduler_mode::overlap});
@@ -78,4 +82,30 @@ TEST_CASE("bench cli: the built-in profile keeps the ARIES timing with small hos
   CHECK(sim.load_max_ms == 18.0);
   CHECK(sim.snapshot_bytes / sim.max_context == 64);
   CHECK(sut->store.max_bytes / sim.snapshot_bytes == 128); // as many snapshots as 8 GiB of 64 MiB
+}
+
+TEST_CASE("bench cli: modes by name, ideal as the former name of free-transfer") {
+  auto sut = parse({"--trace", "t", "--modes", "prio-fcfs,recompute,ideal,free-transfer"});
+  REQUIRE(sut.has_value());
+  CHECK(sut->modes == std::vector{actors::scheduler_mode::prio_fcfs,
+                                  actors::scheduler_mode::recompute,
+                                  actors::scheduler_mode::free_transfer});
+}
+
+TEST_CASE("bench cli: devices side by side and per-class SLOs") {
+  auto sut = parse({"--trace", "t", "--devices", "none,shared,full,none", "--slo-interactive",
+                    "500,50", "--slo-batch", "20000,200"});
+  REQUIRE(sut.has_value());
+  using backends::transfer_overlap;
+  CHECK(sut->devices
+        == std::vector{transfer_overlap::none, transfer_overlap::shared, transfer_overlap::full});
+  CHECK(sut->slo.interactive == slo_bound{500, 50});
+  CHECK(sut->slo.batch == slo_bound{20000, 200});
+  CHECK(sut->slo_given);
+  CHECK(parse({"--trace", "t", "--devices", "none,fast"}).error().find("'fast'")
+        != std::string::npos);
+  CHECK(parse({"--trace", "t", "--slo-batch", "10"}).error().find("--slo-batch")
+        != std::string::npos);
+  CHECK(parse({"--synthetic", "--devices", "none", "--sweep-quantum"}).error().find("exclusive")
+        != std::string::npos);
 }

@@ -34,6 +34,7 @@ run_result fake_run(actors::scheduler_mode mode, double ttft_scale) {
   r.stats.step_busy_ms = 800;
   r.stats.transfer_ms = 50;
   r.stats.transfer_hidden_ms = 40;
+  r.modeled_step_busy_ms = 8000; // simulated: the steps ran as modeled, nothing lengthened
   r.stats.preemptions = 20;
   r.stats.swaps = 15;
   r.stats.recomputes = 5;
@@ -68,19 +69,20 @@ TEST_CASE("bench report: the JSON carries the documented field names for every m
   sut.ctx.cfg.models.push_back({});
   sut.ctx.model = sut.ctx.cfg.models[0].name;
   for (auto mode : {actors::scheduler_mode::fcfs, actors::scheduler_mode::overlap,
-                    actors::scheduler_mode::ideal})
+                    actors::scheduler_mode::free_transfer})
     sut.modes.push_back(summarize(fake_run(mode, mode == actors::scheduler_mode::fcfs ? 10 : 1)));
   sut.ratios = standard_ratios(sut.modes);
   sut.targets = comparison_targets(sut.modes, true);
   auto json = to_json(sut);
   for (auto key : {"command_line", "profile", "sim", "time_scale", "workload", "modes", "ratios",
-                   "targets", "fcfs", "overlap", "ideal", "overlap_vs_ideal", "overlap_vs_fcfs",
-                   "fcfs_vs_ideal"})
-    CHECK_MESSAGE(has_key(json, key), key);
+                   "targets", "fcfs", "overlap", "free-transfer", "overlap_vs_free_transfer", "overlap_vs_fcfs",
+                   "fcfs_vs_free_transfer"})
+    CHECK_MESSAGE(has_key(json, key), std::string{key});
   for (auto key : {"throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "ttft_p99_interactive_ms",
                    "tpot_p50_ms", "tpot_p99_ms", "e2e_p99_ms", "npu_busy", "transfer_hidden",
                    "preemptions", "swaps", "recomputes", "completed", "failed",
-                   "peak_store_bytes", "transfer_s", "request_s"}) {
+                   "peak_store_bytes", "transfer_s", "request_s", "goodput_req_s",
+                   "slo_attainment", "saturation_tok_s"}) {
     CAPTURE(key);
     std::size_t count = 0;
     for (auto at = json.find("\"" + std::string{key} + "\": "); at != std::string::npos;
@@ -88,28 +90,78 @@ TEST_CASE("bench report: the JSON carries the documented field names for every m
       ++count;
     CHECK(count == 3); // once per mode
   }
-  CHECK(json.find("\"overlap_throughput_vs_ideal\"") != std::string::npos);
+  CHECK(json.find("\"overlap_goodput_vs_best_other\"") != std::string::npos);
 }
 
 TEST_CASE("bench report: targets pass and fail on their thresholds and missing modes are not judged") {
-  std::vector<mode_summary> modes{summarize(fake_run(actors::scheduler_mode::fcfs, 10)),
-                                  summarize(fake_run(actors::scheduler_mode::overlap, 1)),
-                                  summarize(fake_run(actors::scheduler_mode::ideal, 1))};
+  using actors::scheduler_mode;
+  auto clean = [](scheduler_mode mode, double ttft_scale) {
+    auto r = fake_run(mode, ttft_scale);
+    r.requests[9].reason = actors::end_reason::length; // nothing failed
+    return summarize(r);
+  };
+  std::vector<mode_summary> modes{clean(scheduler_mode::prio_fcfs, 10),
+                                  clean(scheduler_mode::sync, 1),
+                                  clean(scheduler_mode::overlap, 1),
+                                  clean(scheduler_mode::free_transfer, 1)};
   auto sut = comparison_targets(modes, true);
-  REQUIRE(sut.size() == 4);
+  REQUIRE(sut.size() == 3);
+  CHECK(sut[0].id == "no_failed_requests");
+  CHECK(sut[1].id == "overlap_interactive_ttft_p99_vs_prio_fcfs");
+  CHECK(sut[2].id == "overlap_goodput_vs_best_other");
   for (auto& t : sut) {
     CAPTURE(t.id);
     REQUIRE(t.pass.has_value());
-    CHECK(*t.pass); // equal throughput; interactive TTFT 10x lower than fcfs
+    CHECK(*t.pass); // equal goodput; interactive TTFT 10x lower than prio-fcfs
   }
-  modes[1] = summarize(fake_run(actors::scheduler_mode::overlap, 3));
+  modes[2] = clean(scheduler_mode::overlap, 6);
   sut = comparison_targets(modes, true);
-  CHECK_FALSE(*sut[1].pass); // TTFT p99 3x ideal's
-  CHECK_FALSE(*sut[3].pass); // only 3.3x lower than fcfs
-  auto partial = comparison_targets({modes[1]}, true);
-  for (auto& t : partial)
-    CHECK_FALSE(t.pass.has_value());
-  CHECK(comparison_targets(modes, false).front().id == "no_overlap_throughput_vs_sync");
+  CHECK_FALSE(*sut[1].pass); // only 1.7x lower than prio-fcfs
+  CHECK(*sut[2].pass);
+  auto partial = comparison_targets({modes[2]}, true);
+  REQUIRE(partial.size() == 3);
+  CHECK(partial[0].pass.has_value()); // nothing failed in the mode that ran
+  CHECK_FALSE(partial[1].pass.has_value());
+  CHECK_FALSE(partial[2].pass.has_value());
+  auto none = comparison_targets(modes, false);
+  CHECK(none.back().id == "no_overlap_goodput_vs_sync");
+  CHECK(*none.back().pass);
+}
+
+TEST_CASE("bench report: one failed request fails every target of the comparison") {
+  using actors::scheduler_mode;
+  std::vector<mode_summary> modes{summarize(fake_run(scheduler_mode::prio_fcfs, 10)),
+                                  summarize(fake_run(scheduler_mode::sync, 1)),
+                                  summarize(fake_run(scheduler_mode::overlap, 1))};
+  for (auto& m : modes)
+    m.failed = 0;
+  modes[0].failed = 1; // prio-fcfs lost one request
+  for (bool overlaps : {true, false}) {
+    CAPTURE(overlaps);
+    auto sut = comparison_targets(modes, overlaps);
+    for (auto& t : sut) {
+      CAPTURE(t.id);
+      REQUIRE(t.pass.has_value());
+      CHECK_FALSE(*t.pass);
+    }
+  }
+  modes[0].failed = 0;
+  modes[1].timed_out = true;
+  CHECK_FALSE(*comparison_targets(modes, true)[1].pass);
+}
+
+TEST_CASE("bench report: goodput counts only requests within their class's SLO") {
+  auto r = fake_run(actors::scheduler_mode::overlap, 10); // TTFT 10..100, TPOT 5, one failed
+  slo_set slo;
+  slo.interactive = {15, 10}; // interactive requests 0 and 1: TTFT 10 and 20
+  slo.batch = {60, 10};       // batch: TTFT 30..100 for requests 2..9, 9 failed
+  auto sut = summarize(r, slo);
+  CHECK(sut.slo_met_interactive == 1);
+  CHECK(sut.slo_met_batch == 4); // 30, 40, 50, 60
+  CHECK(sut.slo_attainment == doctest::Approx(0.5));
+  CHECK(sut.goodput_req_s == doctest::Approx(0.5)); // 5 over 10 simulated s
+  slo.batch.tpot_ms = 4; // TPOT 5 breaks every batch request
+  CHECK(summarize(r, slo).slo_met_batch == 0);
 }
 
 TEST_CASE("bench report: the JSON document parses and keeps its documented key order") {
@@ -118,7 +170,7 @@ TEST_CASE("bench report: the JSON document parses and keeps its documented key o
   sut.ctx.cfg.models.push_back({});
   sut.ctx.model = sut.ctx.cfg.models[0].name;
   sut.modes.push_back(summarize(fake_run(actors::scheduler_mode::overlap, 1)));
-  sut.ratios = standard_ratios(sut.modes); // no ideal: ratios of nothing
+  sut.ratios = standard_ratios(sut.modes); // no free-transfer: ratios of nothing
   sut.targets = comparison_targets(sut.modes, true); // not judged: pass is null
   auto doc = nlohmann::json::parse(to_json(sut));
   CHECK(doc["command_line"] == sut.ctx.command_line); // escaped and read back
@@ -129,6 +181,37 @@ TEST_CASE("bench report: the JSON document parses and keeps its documented key o
   CHECK(top == std::vector<std::string>{"tool", "version", "command_line", "path", "time_unit",
                                         "profile", "workload", "modes", "ratios", "targets"});
   REQUIRE_FALSE(doc["targets"].empty());
-  CHECK(doc["targets"][0]["pass"].is_null());
+  CHECK(doc["targets"][0]["pass"] == false); // fake_run fails one request
+  CHECK(doc["targets"][1]["pass"].is_null()); // prio-fcfs did not run
   CHECK(doc["modes"]["overlap"]["ttft_p50_ms"].is_number());
+}
+
+TEST_CASE("bench report: the JSON states the SLOs and carries each device's modes and targets") {
+  bench_report sut;
+  sut.ctx.cfg.models.push_back({});
+  sut.ctx.model = sut.ctx.cfg.models[0].name;
+  sut.ctx.slo.interactive = {800, 80};
+  sut.modes.push_back(summarize(fake_run(actors::scheduler_mode::overlap, 1)));
+  for (auto d : {backends::transfer_overlap::none, backends::transfer_overlap::full}) {
+    device_run dr;
+    dr.overlap = d;
+    dr.assumption = d == backends::transfer_overlap::full;
+    dr.modes = {summarize(fake_run(actors::scheduler_mode::sync, 1)),
+                summarize(fake_run(actors::scheduler_mode::overlap, 1))};
+    dr.targets = comparison_targets(dr.modes, d != backends::transfer_overlap::none);
+    sut.devices.push_back(std::move(dr));
+  }
+  auto doc = nlohmann::json::parse(to_json(sut));
+  CHECK(doc["workload"]["slo"]["interactive"]["ttft_ms"] == 800);
+  CHECK(doc["workload"]["slo"]["interactive"]["tpot_ms"] == 80);
+  CHECK(doc["workload"]["slo"]["batch"]["ttft_ms"] == 60000);
+  CHECK(doc["modes"]["overlap"]["goodput_req_s"].is_number());
+  REQUIRE(doc["devices"].contains("none"));
+  REQUIRE(doc["devices"].contains("full"));
+  CHECK_FALSE(doc["devices"].contains("shared"));
+  CHECK(doc["devices"]["full"]["assumption"] == true);
+  CHECK(doc["devices"]["none"]["assumption"] == false);
+  CHECK(doc["devices"]["none"]["modes"]["sync"]["slo_attainment"].is_number());
+  CHECK(doc["devices"]["none"]["targets"].back()["id"] == "no_overlap_goodput_vs_sync");
+  CHECK(doc["devices"]["full"]["targets"].back()["id"] == "overlap_goodput_vs_best_other");
 }
