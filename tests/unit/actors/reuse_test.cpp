@@ -78,8 +78,8 @@ void crowd(actors::engine& e, std::size_t n, std::size_t salt) {
 
 TEST_CASE("reuse: turns served from a warm slot, a stored snapshot and a partial prefix equal "
           "cold prefills, greedy and seeded, in every mode") {
-  for (auto mode : {scheduler_mode::fcfs, scheduler_mode::sync, scheduler_mode::overlap,
-                    scheduler_mode::ideal}) {
+  for (auto mode : {scheduler_mode::fcfs, scheduler_mode::prio_fcfs, scheduler_mode::recompute,
+                    scheduler_mode::sync, scheduler_mode::overlap, scheduler_mode::free_transfer}) {
     for (bool seeded : {false, true}) {
       CAPTURE(actors::to_string(mode));
       CAPTURE(seeded);
