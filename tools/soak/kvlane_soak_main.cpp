@@ -535,6 +535,11 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
     reap();
   }
 
+  // Retained conversation KV stays in the store by design; a reload with reuse
+  // off drops it all, after which nothing may remain committed.
+  std::ofstream{config_path} << soak_config(dir, 8, true, 50) << "[reuse]\nmode = \"off\"\n";
+  ::kill(daemon.pid, SIGHUP);
+  ++reloads;
   idle = wait_idle(admin_socket, 30s);
   const auto end_rss = daemon_rss(daemon.pid);
   // The daemon closes a finished admin or client connection on its own
