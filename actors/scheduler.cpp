@@ -648,7 +648,8 @@ private:
   }
 
   bool would_recompute(const sequence& s) const {
-    return s.kv_len == 0
+    // A device without snapshots (caps.snapshots = false) can only recompute.
+    return s.kv_len == 0 || !st_.info.caps.snapshots
            || st_.costs.prefer_recompute(s.kv_len, st_.setup.backend->snapshot_size(s.kv_len),
                                          st_.serialized);
   }

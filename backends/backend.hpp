@@ -68,6 +68,9 @@ struct capabilities {
   /// gains real concurrency from doing so.
   bool transfer_overlaps_compute = false;
   snapshot_extent extent = snapshot_extent::full_slot;
+  /// dump() and load() work. When false (a device without per-slot transfers) they
+  /// fail with invalid_argument, and the scheduler preempts by recompute only.
+  bool snapshots = true;
 };
 
 struct backend_info {

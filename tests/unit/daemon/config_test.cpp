@@ -609,10 +609,10 @@ TEST_CASE("config: snapshot_bytes that is not a multiple of max_context is an er
 }
 
 TEST_CASE("config: an unknown backend is an error listing the known backends") {
-  const auto e = parse_error(std::string(minimal) + "backend = \"qbruntime\"\n");
+  const auto e = parse_error(std::string(minimal) + "backend = \"tpu\"\n");
   check_error(e, "model[0].backend", 4);
-  CHECK(contains(e.message, "unknown backend \"qbruntime\""));
-  CHECK(contains(e.message, "known backends: \"sim\""));
+  CHECK(contains(e.message, "unknown backend \"tpu\""));
+  CHECK(contains(e.message, "known backends: \"sim\", \"qbruntime\""));
 }
 
 TEST_CASE("config: quantum_tokens is accepted as the former name of quantum_steps") {
