@@ -76,6 +76,7 @@ struct capabilities {
 struct backend_info {
   std::string kind;                  ///< "sim", "qbruntime", ...
   std::string model;                 ///< configured model name
+  std::string runtime_version;       ///< the device runtime's version (qbruntime); empty for the sim
   std::uint64_t identity = 0;        ///< fingerprint of model + geometry, stored in snapshots
   std::uint32_t slots = 0;           ///< KV slots (qbruntime num_batches)
   std::uint32_t max_context = 0;     ///< tokens per slot

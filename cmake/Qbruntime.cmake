@@ -38,30 +38,38 @@ elseif(KVLANE_QBRUNTIME STREQUAL "fake")
   set(qbr_check_definitions -DFAKE_QBR_API=${FAKE_QBR_API})
 endif()
 
-# kvlane_qbr_detect_forms(<prefix> <api definitions>): sets <prefix>_DEFINITIONS in the caller.
-# Only compilation is checked (the stand-in's library needs the simulator to link).
+# kvlane_qbr_detect_forms(<prefix> [QUIET] [DEFINITIONS <-D...>]): sets <prefix>_DEFINITIONS in
+# the caller; QUIET reports missing forms as a status line instead of a warning. Only
+# compilation is checked (the stand-in's library needs the simulator to link).
 function(kvlane_qbr_detect_forms prefix)
+  cmake_parse_arguments(arg "QUIET" "" "DEFINITIONS" ${ARGN})
+  set(level WARNING)
+  if(arg_QUIET)
+    set(level STATUS)
+  endif()
   cmake_push_check_state(RESET)
+  set(CMAKE_REQUIRED_QUIET ON)
   set(CMAKE_REQUIRED_INCLUDES ${qbr_includes})
-  set(CMAKE_REQUIRED_DEFINITIONS ${ARGN})
+  set(CMAKE_REQUIRED_DEFINITIONS ${arg_DEFINITIONS})
   set(CMAKE_REQUIRED_FLAGS -std=c++17)
   set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
   set(head "#include <qbruntime/qbruntime.h>\n#include <vector>\nusing namespace mobilint;\n")
+  # A form is one string of a CMake list, so its semicolons are written @SEMI@.
   set(batch_forms
-    "StatusCode f(Model& m, const std::vector<NDArray<float>>& in, std::vector<NDArray<float>>& out, const std::vector<BatchParam>& p) { return m.infer(in, out, p); }"
-    "StatusCode f(Model& m, const std::vector<NDArray<float>>& in, std::vector<NDArray<float>>& out, const std::vector<BatchParam>& p) { return m.infer(in, out, 0, p); }"
-    "StatusCode f(Model& m, const std::vector<NDArray<float>>& in, std::vector<NDArray<float>>& out, const std::vector<BatchParam>& p) { StatusCode sc; out = m.infer(in, p, sc); return sc; }")
+    "StatusCode f(Model& m, const std::vector<NDArray<float>>& in, std::vector<NDArray<float>>& out, const std::vector<BatchParam>& p) { return m.infer(in, out, p)@SEMI@ }"
+    "StatusCode f(Model& m, const std::vector<NDArray<float>>& in, std::vector<NDArray<float>>& out, const std::vector<BatchParam>& p) { return m.infer(in, out, 0, p)@SEMI@ }"
+    "StatusCode f(Model& m, const std::vector<NDArray<float>>& in, std::vector<NDArray<float>>& out, const std::vector<BatchParam>& p) { StatusCode sc@SEMI@ out = m.infer(in, p, sc)@SEMI@ return sc@SEMI@ }")
   set(slot_forms
-    "StatusCode d(Model& m, std::vector<std::vector<int8_t>>& b, int id) { return m.dumpCacheMemory(b, id); } StatusCode l(Model& m, const std::vector<std::vector<int8_t>>& b, int id) { return m.loadCacheMemory(b, id); }"
-    "StatusCode d(Model& m, std::vector<std::vector<int8_t>>& b, int id) { return m.dumpCacheMemory(id, b); } StatusCode l(Model& m, const std::vector<std::vector<int8_t>>& b, int id) { return m.loadCacheMemory(id, b); }")
-  set(found "")
+    "StatusCode d(Model& m, std::vector<std::vector<int8_t>>& b, int id) { return m.dumpCacheMemory(b, id)@SEMI@ } StatusCode l(Model& m, const std::vector<std::vector<int8_t>>& b, int id) { return m.loadCacheMemory(b, id)@SEMI@ }"
+    "StatusCode d(Model& m, std::vector<std::vector<int8_t>>& b, int id) { return m.dumpCacheMemory(id, b)@SEMI@ } StatusCode l(Model& m, const std::vector<std::vector<int8_t>>& b, int id) { return m.loadCacheMemory(id, b)@SEMI@ }")
   set(n 0)
   set(batch 0)
   foreach(form IN LISTS batch_forms)
     math(EXPR n "${n} + 1")
     unset(ok CACHE)
     unset(ok)
-    check_cxx_source_compiles("${head}${form}\nint main() { return 0; }" ok)
+    string(REPLACE "@SEMI@" ";" code "${form}")
+    check_cxx_source_compiles("${head}${code}\nint main() { return 0; }" ok)
     if(ok)
       set(batch ${n})
       break()
@@ -73,7 +81,8 @@ function(kvlane_qbr_detect_forms prefix)
     math(EXPR n "${n} + 1")
     unset(ok CACHE)
     unset(ok)
-    check_cxx_source_compiles("${head}${form}\nint main() { return 0; }" ok)
+    string(REPLACE "@SEMI@" ";" code "${form}")
+    check_cxx_source_compiles("${head}${code}\nint main() { return 0; }" ok)
     if(ok)
       set(slot ${n})
       break()
@@ -96,12 +105,12 @@ function(kvlane_qbr_detect_forms prefix)
   unset(ok CACHE)
   cmake_pop_check_state()
   if(batch EQUAL 0)
-    message(WARNING "qbruntime (${prefix}): no infer overload taking BatchParam was found (tried "
+    message(${level} "qbruntime (${prefix}): no infer overload taking BatchParam was found (tried "
       "infer(in, out, params), infer(in, out, cache_size, params), infer(in, params, sc)); "
       "Batch .mxq models will be refused. Non-batch models work.")
   endif()
   if(slot EQUAL 0)
-    message(WARNING "qbruntime (${prefix}): no per-slot dumpCacheMemory/loadCacheMemory was found "
+    message(${level} "qbruntime (${prefix}): no per-slot dumpCacheMemory/loadCacheMemory was found "
       "(tried (bufs, id) and (id, bufs)); on Batch models the backend reports snapshots "
       "unavailable and the scheduler preempts by recompute.")
   endif()
@@ -111,4 +120,4 @@ function(kvlane_qbr_detect_forms prefix)
     KVLANE_QBR_HAS_STATUS_STRING=${strings} KVLANE_QBR_HAS_AUTO_CORE=${auto_core} PARENT_SCOPE)
 endfunction()
 
-kvlane_qbr_detect_forms(KVLANE_QBR ${qbr_check_definitions})
+kvlane_qbr_detect_forms(KVLANE_QBR DEFINITIONS ${qbr_check_definitions})

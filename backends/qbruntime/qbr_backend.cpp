@@ -122,10 +122,10 @@ qbr_backend::create(std::string model_name, const qbruntime_options& opts) {
   b->handles_ = std::move(handles);
   b->batch_ = g.batch;
   b->hidden_ = hidden;
-  b->version_ = qbr::runtime_version();
 
   auto& info = b->info_;
   info.kind = "qbruntime";
+  info.runtime_version = qbr::runtime_version();
   info.model = std::move(model_name);
   info.slots = g.batch ? g.num_batches : opts.handles;
   info.max_context = g.max_cache_size;
@@ -168,7 +168,7 @@ qbr_backend::create(std::string model_name, const qbruntime_options& opts) {
                  static_cast<std::uint64_t>(st.st_mtim.tv_sec),
                  static_cast<std::uint64_t>(st.st_mtim.tv_nsec), info.snapshot_bytes})
     id = fnv_value(id, v);
-  id = fnv(id, b->version_.data(), b->version_.size());
+  id = fnv(id, info.runtime_version.data(), info.runtime_version.size());
   info.identity = id;
   return b;
 }
@@ -304,7 +304,7 @@ expected<std::size_t, backend_error> qbr_backend::dump(slot_id slot, std::uint32
                                                        std::span<std::byte> destination) {
   if (!info_.caps.snapshots)
     return unexpected(invalid(fmt::format("dump: snapshots are unavailable (qbruntime {} has no "
-                                          "per-slot dump that this build found)", version_)));
+                                          "per-slot dump that this build found)", info_.runtime_version)));
   if (slot >= info_.slots)
     return unexpected(invalid(fmt::format("dump: slot {} out of range (slots {})", slot, info_.slots)));
   if (cache_len > info_.max_context)
@@ -334,7 +334,7 @@ expected<void, backend_error> qbr_backend::load(slot_id slot, std::uint32_t cach
                                                 std::span<const std::byte> source) {
   if (!info_.caps.snapshots)
     return unexpected(invalid(fmt::format("load: snapshots are unavailable (qbruntime {} has no "
-                                          "per-slot load that this build found)", version_)));
+                                          "per-slot load that this build found)", info_.runtime_version)));
   if (slot >= info_.slots)
     return unexpected(invalid(fmt::format("load: slot {} out of range (slots {})", slot, info_.slots)));
   if (cache_len > info_.max_context)

@@ -46,8 +46,8 @@ public:
 
   const backend_info& info() const noexcept override { return info_; }
   const tokenizer& tokens() const noexcept override { return tokenizer_; }
-  /// qbruntime's version, as getQbRuntimeVersion() reports it.
-  const std::string& runtime_version() const noexcept { return version_; }
+  /// qbruntime's version, as getQbRuntimeVersion() reports it (also info().runtime_version).
+  const std::string& runtime_version() const noexcept { return info_.runtime_version; }
   /// The model is a Batch model (one Model, num_batches slots).
   bool batch() const noexcept { return batch_; }
 
@@ -79,7 +79,6 @@ private:
   std::vector<std::unique_ptr<handle>> handles_;
   backend_info info_;
   byte_tokenizer tokenizer_;
-  std::string version_;
   bool batch_ = false;
   std::uint32_t hidden_ = 0;
   std::vector<std::uint64_t> layer_bytes_; ///< calibrated at create()

@@ -6,7 +6,7 @@
 //   100: qbruntime 1.0.0 (no BatchParam, whole-cache dump/load only);
 //   120: adds BatchParam and per-cache_id dump/load in one guessed form.
 //
-// The "model file" is a small TOML file (see tests/fake_qbruntime/README.md) and the model
+// The "model file" is a small TOML file (its keys: src/fake_qbruntime.cpp) and the model
 // runs on kvlane's simulated NPU.
 
 #include <cstdint>

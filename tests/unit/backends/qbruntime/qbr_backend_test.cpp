@@ -6,6 +6,7 @@
 #include "backends/qbruntime/qbr_backend.hpp"
 #include "backends/sim_backend.hpp"
 #include "tests/support/qbr_fixture.hpp"
+#include "tools/probe.hpp"
 
 #include <doctest/doctest.h>
 
@@ -37,8 +38,8 @@ std::string single_mxq(std::string_view extra = "") {
          + std::string(extra);
 }
 
-std::unique_ptr<qbr_backend> open(const test::qbr_model_dir& dir,
-                                  backends::qbruntime_options o) {
+/// `o` names files of the model directory, which must outlive the backend.
+std::unique_ptr<qbr_backend> open(const test::qbr_model_dir&, const backends::qbruntime_options& o) {
   auto sut = qbr_backend::create("m", o);
   if (!sut)
     FAIL(sut.error().message);
@@ -347,8 +348,10 @@ TEST_CASE("qbruntime: runtime status codes map to backend errors") {
     expected<void, backends::backend_error> r;
     if (c.key.starts_with("fail_infer"))
       r = sut->step(std::span{&row, 1}, out);
-    else if (c.key.starts_with("fail_dump"))
-      r = sut->dump(0, 0, snap).transform([](std::size_t) {});
+    else if (c.key.starts_with("fail_dump")) {
+      if (auto n = sut->dump(0, 0, snap); !n)
+        r = unexpected(std::move(n.error()));
+    }
     else
       r = sut->load(0, 0, snap);
     REQUIRE_FALSE(r.has_value());
@@ -446,4 +449,31 @@ TEST_CASE("qbruntime: make_backend builds the qbruntime kind from its options") 
   REQUIRE(sut.has_value());
   CHECK((*sut)->info().kind == "qbruntime");
   CHECK((*sut)->info().model == "llm");
+}
+
+TEST_CASE("qbruntime: probe --verify passes on the stand-in, the concurrent check with concurrency allow") {
+  test::qbr_model_dir dir(batch_mxq(), vocab, hidden);
+  auto o = dir.options();
+  o.concurrency = backends::qbr_concurrency::allow;
+  auto sut = open(dir, o);
+  tools::probe_options po;
+  po.iterations = 1;
+  po.verify = true;
+  po.verify_tokens = 20;
+  auto r = tools::run_probe(*sut, po);
+  REQUIRE(r.has_value());
+  REQUIRE(r->verify.has_value());
+  CHECK(r->verify->passed());
+  for (const auto& c : r->verify->checks) {
+    CAPTURE(c.name);
+    CHECK(c.result == tools::verify_check::outcome::passed);
+  }
+  CHECK(tools::format_json(*r).find("\"runtime_version\":\"1.2.0-fake\"") != std::string::npos);
+
+  // serialize (the default): the concurrent check is skipped, the others pass.
+  auto serial = tools::run_verify(*open(dir), 20);
+  REQUIRE(serial.has_value());
+  CHECK(serial->passed());
+  CHECK(serial->checks.back().name == "concurrent");
+  CHECK(serial->checks.back().result == tools::verify_check::outcome::skipped);
 }
