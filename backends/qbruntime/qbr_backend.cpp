@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
@@ -33,6 +34,16 @@ std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t n) noexcept {
 template <class T>
 std::uint64_t fnv_value(std::uint64_t h, const T& v) noexcept {
   return fnv(h, &v, sizeof v);
+}
+
+qbr::core_mode core_mode_of(qbr_core_mode m) noexcept {
+  switch (m) {
+    case qbr_core_mode::single: return qbr::core_mode::single;
+    case qbr_core_mode::global4: return qbr::core_mode::global4;
+    case qbr_core_mode::global8: return qbr::core_mode::global8;
+    case qbr_core_mode::automatic: return qbr::core_mode::automatic;
+  }
+  return qbr::core_mode::single;
 }
 
 expected<std::string, backend_error> resolve_mxq(const qbruntime_options& o) {
@@ -84,7 +95,7 @@ qbr_backend::create(std::string model_name, const qbruntime_options& opts) {
   std::vector<std::unique_ptr<handle>> handles;
   for (std::uint32_t i = 0; i < opts.handles; ++i) {
     qbr::placement where;
-    where.mode = static_cast<qbr::core_mode>(opts.core_mode);
+    where.mode = core_mode_of(opts.core_mode);
     if (opts.core_mode == qbr_core_mode::single)
       where.cores = {opts.target_cores.empty() ? i : opts.target_cores[i]};
     auto m = qbr::model_handle::open(**dev, *mxq, where);

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <csignal>
 
 using namespace std::chrono_literals;
 using kvlane::test::child_process;
