@@ -21,7 +21,8 @@
 //
 // Thread contract:
 //  - Every method is thread-safe. One internal mutex guards metadata only; it
-//    is never held while snapshot bytes are hashed or while pages are punched.
+//    is never held while snapshot bytes are hashed or pages are faulted in or
+//    punched.
 //  - The bytes of a `writing` snapshot are written by the one owner of its
 //    handle, who then seals it. Sealed bytes are never written again.
 //  - A sealed snapshot may be evicted by any other thread's reserve() unless
