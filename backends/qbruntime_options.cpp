@@ -89,7 +89,7 @@ config_reader::status parse_qbruntime_options(const config_reader::reporter& r,
                                   "with at least model_dir"));
   const section s{**table, model.key("qbruntime")};
   KVLANE_CONFIG_TRY(check_keys(r, s,
-                               {"model_dir", "mxq", "embedding", "embedding_tensor", "dev_no",
+                               {"model_dir", "mxq", "embedding", "embedding_tensor", "tokenizer", "dev_no",
                                 "core_mode", "target_cores", "prefill_chunk", "handles",
                                 "concurrency"}));
 
@@ -110,6 +110,8 @@ config_reader::status parse_qbruntime_options(const config_reader::reporter& r,
   KVLANE_CONFIG_TRY(check_path(r, s, "embedding", out.embedding));
   KVLANE_CONFIG_TRY(read_string(r, s, "embedding_tensor", out.embedding_tensor));
   KVLANE_CONFIG_TRY(check_path(r, s, "embedding_tensor", out.embedding_tensor));
+  KVLANE_CONFIG_TRY(read_string(r, s, "tokenizer", out.tokenizer));
+  KVLANE_CONFIG_TRY(check_path(r, s, "tokenizer", out.tokenizer));
 
   KVLANE_CONFIG_TRY(read_int(r, s, "dev_no", out.dev_no, 0, 255));
   KVLANE_CONFIG_TRY(read_choice(r, s, "core_mode", out.core_mode,

@@ -37,6 +37,10 @@ struct qbruntime_options {
   std::string mxq;              ///< file in model_dir; empty = the only *.mxq there
   std::string embedding = "model.safetensors"; ///< safetensors file in model_dir (or absolute)
   std::string embedding_tensor; ///< empty = the only 2-D [vocab, hidden] tensor
+  /// The Hugging Face tokenizer: a directory holding tokenizer.json or the file itself,
+  /// relative to model_dir or absolute; empty = model_dir. "bytes" = the byte tokenizer
+  /// (test models of the stand-in SDK only: a real model's ids mean nothing to it).
+  std::string tokenizer;
   std::uint32_t dev_no = 0;     ///< accelerator device number
   qbr_core_mode core_mode = qbr_core_mode::single;
   std::vector<std::uint32_t> target_cores; ///< core i = cluster i / 4, core i % 4; empty = 0..handles-1

@@ -1,5 +1,8 @@
 #include "backends/qbruntime/qbr_backend.hpp"
 
+#include "backends/byte_tokenizer.hpp"
+#include "backends/hf_tokenizer.hpp"
+
 #include <fmt/format.h>
 
 #include <sys/stat.h>
@@ -61,6 +64,21 @@ expected<std::string, backend_error> resolve_mxq(const qbruntime_options& o) {
     return unexpected(invalid(fmt::format("model_dir {} holds {} .mxq files; set mxq",
                                           o.model_dir, found.size())));
   return found.front();
+}
+
+/// The model's tokenizer: the Hugging Face files in model_dir (or where `tokenizer`
+/// points), or the byte tokenizer of the stand-in's test models.
+expected<std::unique_ptr<tokenizer>, backend_error> open_tokenizer(const qbruntime_options& o) {
+  if (o.tokenizer == "bytes")
+    return std::unique_ptr<tokenizer>(std::make_unique<byte_tokenizer>());
+  const std::filesystem::path where = o.tokenizer.empty() ? std::filesystem::path(o.model_dir)
+                                      : o.tokenizer.front() == '/'
+                                        ? std::filesystem::path(o.tokenizer)
+                                        : std::filesystem::path(o.model_dir) / o.tokenizer;
+  auto loaded = hf_tokenizer::load(where);
+  if (!loaded)
+    return unexpected(invalid("tokenizer: " + loaded.error().message));
+  return std::unique_ptr<tokenizer>(std::move(*loaded));
 }
 
 } // namespace
@@ -128,7 +146,13 @@ qbr_backend::create(std::string model_name, const qbruntime_options& opts) {
   if (!table)
     return unexpected(invalid("embedding: " + table.error()));
 
+  const auto embedding_rows = table->rows();
+  auto tokens = open_tokenizer(opts);
+  if (!tokens)
+    return unexpected(std::move(tokens.error()));
+
   std::unique_ptr<qbr_backend> b(new qbr_backend(opts, std::move(*table)));
+  b->tokenizer_ = std::move(*tokens);
   b->device_ = std::move(*dev);
   b->handles_ = std::move(handles);
   b->batch_ = g.batch;
@@ -149,6 +173,14 @@ qbr_backend::create(std::string model_name, const qbruntime_options& opts) {
   }
   info.max_prefill_chunk = std::min(chunk, info.max_context);
   info.vocab_size = static_cast<std::uint32_t>(g.output_shape.back());
+  if (b->tokenizer_->size() > info.vocab_size)
+    return unexpected(invalid(fmt::format("tokenizer: {} ids, more than the model's logits width "
+                                          "({}): the tokenizer is not this model's",
+                                          b->tokenizer_->size(), info.vocab_size)));
+  if (b->tokenizer_->size() > embedding_rows)
+    return unexpected(invalid(fmt::format("tokenizer: {} ids, more than the embedding table's {} "
+                                          "rows: the tokenizer is not this model's",
+                                          b->tokenizer_->size(), embedding_rows)));
   info.caps.extent = snapshot_extent::full_slot;
   info.caps.snapshots = !g.batch || qbr::has_slot_transfer();
   info.caps.transfer_overlaps_compute =

@@ -15,9 +15,11 @@
 // Thread contract: that of backend. With concurrency = "serialize" (the default) every
 // runtime call on one Model holds that Model's mutex, and caps.transfer_overlaps_compute
 // is false; "allow" takes no lock (set it only after `kvlane probe --verify` passed).
+//
+// Tokens: the model's own Hugging Face tokenizer (tokenizer.json beside the .mxq, or
+// [model.qbruntime] tokenizer), whose ids must fit the model's logits width.
 
 #include "backends/backend.hpp"
-#include "backends/byte_tokenizer.hpp"
 #include "backends/qbruntime/qbr_shim.hpp"
 #include "backends/qbruntime/safetensors.hpp"
 #include "backends/qbruntime_options.hpp"
@@ -45,7 +47,7 @@ public:
   ~qbr_backend() override;
 
   const backend_info& info() const noexcept override { return info_; }
-  const tokenizer& tokens() const noexcept override { return tokenizer_; }
+  const tokenizer& tokens() const noexcept override { return *tokenizer_; }
   /// qbruntime's version, as getQbRuntimeVersion() reports it (also info().runtime_version).
   const std::string& runtime_version() const noexcept { return info_.runtime_version; }
   /// The model is a Batch model (one Model, num_batches slots).
@@ -78,7 +80,7 @@ private:
   std::unique_ptr<qbr::device> device_;
   std::vector<std::unique_ptr<handle>> handles_;
   backend_info info_;
-  byte_tokenizer tokenizer_;
+  std::unique_ptr<tokenizer> tokenizer_;
   bool batch_ = false;
   std::uint32_t hidden_ = 0;
   std::vector<std::uint64_t> layer_bytes_; ///< calibrated at create()

@@ -93,6 +93,7 @@ struct qbr_model_dir {
   backends::qbruntime_options options() const {
     backends::qbruntime_options o;
     o.model_dir = dir.string();
+    o.tokenizer = "bytes"; // the tests drive ids; a real model dir holds tokenizer.json
     return o;
   }
 };

@@ -56,6 +56,7 @@ TEST_CASE("qbruntime config: model_dir alone yields the documented defaults") {
   CHECK(q.mxq.empty());
   CHECK(q.embedding == "model.safetensors");
   CHECK(q.embedding_tensor.empty());
+  CHECK(q.tokenizer.empty());
   CHECK(q.dev_no == 0);
   CHECK(q.core_mode == qbr_core_mode::single);
   CHECK(q.target_cores.empty());
@@ -68,6 +69,7 @@ TEST_CASE("qbruntime config: every key is read into its field") {
   const auto cfg = parse_ok(with_table("mxq = \"llama.mxq\"\n"
                                        "embedding = \"/data/emb.safetensors\"\n"
                                        "embedding_tensor = \"model.embed_tokens.weight\"\n"
+                                       "tokenizer = \"/data/tok\"\n"
                                        "dev_no = 1\n"
                                        "core_mode = \"single\"\n"
                                        "target_cores = [4, 5]\n"
@@ -78,6 +80,7 @@ TEST_CASE("qbruntime config: every key is read into its field") {
   CHECK(q.mxq == "llama.mxq");
   CHECK(q.embedding == "/data/emb.safetensors");
   CHECK(q.embedding_tensor == "model.embed_tokens.weight");
+  CHECK(q.tokenizer == "/data/tok");
   CHECK(q.dev_no == 1);
   CHECK(q.target_cores == std::vector<std::uint32_t>{4, 5});
   CHECK(q.prefill_chunk == 64);
@@ -121,6 +124,7 @@ TEST_CASE("qbruntime config: bad values are errors naming key, line and what is 
   const row rows[] = {
     {"modeldir = \"/x\"\n", "model[0].qbruntime.modeldir", "did you mean 'model_dir'?"},
     {"mxq = \"\"\n", "model[0].qbruntime.mxq", "must not be empty"},
+    {"tokenizer = \"\"\n", "model[0].qbruntime.tokenizer", "must not be empty"},
     {"embedding = 3\n", "model[0].qbruntime.embedding", "expected string, got integer"},
     {"dev_no = -1\n", "model[0].qbruntime.dev_no", "must be between 0 and 255 (got -1)"},
     {"core_mode = \"dual\"\n", "model[0].qbruntime.core_mode",

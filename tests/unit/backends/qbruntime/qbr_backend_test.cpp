@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <thread>
 
 using namespace kvlane;
@@ -438,6 +439,46 @@ TEST_CASE("qbruntime: create refuses missing files, ambiguous models and bad geo
   o = dir.options();
   o.mxq = "second.mxq";
   CHECK(qbr_backend::create("m", o).has_value());
+}
+
+TEST_CASE("qbruntime: the tokenizer is the model dir's tokenizer.json and must fit the logits width") {
+  const std::filesystem::path fixture = KVLANE_SOURCE_DIR "/tests/tokenizer/fixtures/tiny";
+  test::qbr_model_dir dir(batch_mxq(), vocab, hidden);
+  auto o = dir.options();
+  o.tokenizer.clear(); // the default: model_dir
+  auto missing = qbr_backend::create("m", o);
+  REQUIRE_FALSE(missing.has_value());
+  CHECK(missing.error().code == backend_errc::invalid_argument);
+  CHECK(missing.error().message.find("qbruntime: tokenizer: ") == 0);
+  CHECK(missing.error().message.find("tokenizer.json") != std::string::npos);
+
+  for (const auto* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    std::filesystem::copy_file(fixture / name, dir.dir / name);
+  auto sut = open(dir, o);
+  CHECK(sut->tokens().size() == 308); // the fixture's ids run up to 307
+  CHECK(sut->tokens().special_token("<|im_end|>") == token_id{302});
+  const auto ids = sut->tokens().encode("hello world");
+  CHECK_FALSE(ids.empty());
+  CHECK(sut->tokens().decode(ids) == "hello world");
+
+  // A tokenizer elsewhere, named relative to model_dir.
+  std::filesystem::create_directory(dir.dir / "tok");
+  std::filesystem::rename(dir.dir / "tokenizer.json", dir.dir / "tok" / "tokenizer.json");
+  CHECK_FALSE(qbr_backend::create("m", o).has_value());
+  o.tokenizer = "tok";
+  CHECK(open(dir, o)->tokens().size() == 308);
+
+  // A model whose logits are narrower than the tokenizer's ids is not its model.
+  test::qbr_model_dir narrow(
+    "batch = true\nslots = 4\nmax_cache_size = 256\nmax_width = 64\nvocab = 300\n"
+    "hidden = 12\nlayers = 4\nseed = 7\n",
+    300, hidden);
+  auto n = narrow.options();
+  n.tokenizer = (dir.dir / "tok").string();
+  auto refused = qbr_backend::create("m", n);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().message.find("tokenizer: 308 ids, more than the model's logits width (300)")
+        != std::string::npos);
 }
 
 TEST_CASE("qbruntime: make_backend builds the qbruntime kind from its options") {
