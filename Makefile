@@ -8,6 +8,10 @@ BENCH_DIR    ?= bench-results
 BENCH_TRACE  ?= ../shared/traces/azure-llm-2023-conv.csv
 BENCH_FLAGS  ?=
 SOAK_SECONDS ?= 600
+# The qbruntime backend: the development and test builds use the stand-in SDK so that the
+# adapter's tests run anywhere; installs and packages are built without it unless set to sdk.
+QBRUNTIME         ?= fake
+PACKAGE_QBRUNTIME ?= off
 
 .PHONY: all bootstrap build run test soak sanitize clean bench bench-load bench-sweep bench-build
 
@@ -17,7 +21,7 @@ bootstrap:
 	@./scripts/bootstrap
 
 $(BUILD_DIR)/CMakeCache.txt: | bootstrap
-	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD_DIR) -DKVLANE_QBRUNTIME=$(QBRUNTIME) $(CMAKE_FLAGS)
 
 build: bootstrap $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -25,7 +29,9 @@ build: bootstrap $(BUILD_DIR)/CMakeCache.txt
 run: build
 	./$(BUILD_DIR)/kvlaned --config $(CONFIG)
 
-test: build
+test: bootstrap $(BUILD_DIR)/CMakeCache.txt
+	cmake -S . -B $(BUILD_DIR) -DKVLANE_QBRUNTIME=$(QBRUNTIME)
+	cmake --build $(BUILD_DIR) -j $(JOBS)
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # Chaos soak (docs/reliability.md): apps connect, stream, cancel, disconnect and get killed;
@@ -63,7 +69,8 @@ bench-sweep: bench-build
 	  --json $(BENCH_DIR)/sweep.json --plot $(BENCH_DIR)/sweep.png $(BENCH_FLAGS)
 
 sanitize: bootstrap
-	cmake -S . -B $(SAN_DIR) -DKVLANE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
+	cmake -S . -B $(SAN_DIR) -DKVLANE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
+	  -DKVLANE_QBRUNTIME=$(QBRUNTIME) $(CMAKE_FLAGS)
 	cmake --build $(SAN_DIR) -j $(JOBS)
 	cd $(SAN_DIR) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
@@ -78,12 +85,12 @@ PREFIX       ?= /usr
 .PHONY: install deb
 
 install: bootstrap $(BUILD_DIR)/CMakeCache.txt
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) -DKVLANE_QBRUNTIME=$(PACKAGE_QBRUNTIME)
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	DESTDIR="$(DESTDIR)" cmake --install $(BUILD_DIR)
 
 # $(BUILD_DIR)/kvlane_<version>_<arch>.deb; install it with `apt install ./$(BUILD_DIR)/kvlane_*.deb`.
 deb: bootstrap $(BUILD_DIR)/CMakeCache.txt
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=/usr
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=/usr -DKVLANE_QBRUNTIME=$(PACKAGE_QBRUNTIME)
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	cd $(BUILD_DIR) && cpack -G DEB

@@ -32,6 +32,9 @@ struct model_config {
 
 struct store_config {
   std::uint64_t max_bytes = 8ull << 30; ///< snapshot store limit (reserved, committed on use)
+  /// Freed store bytes kept committed for the next dumps (no page faults);
+  /// beyond it freed ranges are returned to the OS. At most max_bytes.
+  std::uint64_t warm_pool_bytes = 256ull << 20;
 
   friend bool operator==(const store_config&, const store_config&) = default;
 };

@@ -1,6 +1,7 @@
 #include "actors/lane.hpp"
 
 #include "actors/exception_handler.hpp"
+#include "common/logging.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
@@ -40,6 +41,12 @@ transfer_done_ptr run_dump(lane_state& st, const transfer_job_ptr& job) {
   auto done = std::make_shared<transfer_done>();
   done->job = *job;
   done->start = clock::now();
+  // Pages not in the store's warm pool are faulted in here, on the lane, not
+  // inside the device copy. If that fails the dump faults them in itself; a
+  // stale handle is reported by seal() below.
+  if (auto c = st.store->commit(job->snapshot); !c && c.error().code == ipc::store_errc::system)
+    logging::get("store")->warn("committing snapshot {} before its dump failed: {}",
+                                ipc::to_string(job->snapshot), c.error().message);
   auto r = st.backend->dump(job->slot, job->cache_len, job->destination);
   if (!r) {
     done->error = fmt::format("dump of slot {} failed: {} ({})", job->slot, r.error().message,

@@ -324,6 +324,9 @@ public:
 
   void apply_reuse(const reuse_policy& p) {
     st_.reuse = p;
+    // A device without snapshots keeps retained KV in its slots only.
+    if (!st_.info.caps.snapshots && p.mode == reuse_mode::store)
+      st_.reuse.mode = reuse_mode::slot;
     st_.retained.set_min_prefix(p.min_prefix_tokens);
     if (p.mode == reuse_mode::off)
       drop_all_retained();
@@ -867,7 +870,8 @@ private:
   }
 
   bool would_recompute(const sequence& s) const {
-    return s.kv_len == 0 || !st_.rules.swaps
+    // A device without snapshots (caps.snapshots = false) can only recompute.
+    return s.kv_len == 0 || !st_.rules.swaps || !st_.info.caps.snapshots
            || st_.costs.prefer_recompute(s.kv_len, st_.setup.backend->snapshot_size(s.kv_len),
                                          st_.serialized);
   }

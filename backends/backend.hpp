@@ -69,11 +69,15 @@ struct capabilities {
   /// gains real concurrency from doing so.
   bool transfer_overlaps_compute = false;
   snapshot_extent extent = snapshot_extent::full_slot;
+  /// dump() and load() work. When false (a device without per-slot transfers) they
+  /// fail with invalid_argument, and the scheduler preempts by recompute only.
+  bool snapshots = true;
 };
 
 struct backend_info {
   std::string kind;                  ///< "sim", "qbruntime", ...
   std::string model;                 ///< configured model name
+  std::string runtime_version;       ///< the device runtime's version (qbruntime); empty for the sim
   std::uint64_t identity = 0;        ///< fingerprint of model + geometry, stored in snapshots
   std::uint32_t slots = 0;           ///< KV slots (qbruntime num_batches)
   std::uint32_t max_context = 0;     ///< tokens per slot

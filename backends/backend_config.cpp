@@ -9,8 +9,8 @@ namespace {
 
 using namespace config_reader;
 
-constexpr std::array<std::string_view, 1> kinds{"sim"};
-constexpr std::array<std::string_view, 2> model_keys{"backend", "sim"};
+constexpr std::array<std::string_view, 2> kinds{"sim", "qbruntime"};
+constexpr std::array<std::string_view, 3> model_keys{"backend", "sim", "qbruntime"};
 
 } // namespace
 
@@ -42,6 +42,8 @@ status parse_backend_config(const reporter& r, const section& model, backend_con
   }
   if (out.kind == "sim")
     KVLANE_CONFIG_TRY(parse_sim_options(r, model, out.sim));
+  else if (out.kind == "qbruntime")
+    KVLANE_CONFIG_TRY(parse_qbruntime_options(r, model, out.qbruntime));
   return {};
 }
 

@@ -9,6 +9,7 @@
 // here, with the same "<source>:<line>: <key>: <what>" errors as every other
 // key. A new backend adds its options type, its table name and a branch.
 
+#include "backends/qbruntime_options.hpp"
 #include "backends/sim_options.hpp"
 #include "common/config_reader.hpp"
 
@@ -21,11 +22,13 @@ namespace kvlane::backends {
 struct backend_config {
   std::string kind = "sim"; ///< `backend` key of [[model]]
   sim_options sim;          ///< [model.sim]; read only when kind == "sim"
+  qbruntime_options qbruntime; ///< [model.qbruntime]; read only when kind == "qbruntime"
 
   friend bool operator==(const backend_config&, const backend_config&) = default;
 };
 
-/// Backend kinds this build knows, in the order error messages list them.
+/// Backend kinds a config may name (in every build; see make_backend for which
+/// this build can create), in the order error messages list them.
 std::span<const std::string_view> backend_kinds() noexcept;
 
 /// Keys of a [[model]] table that belong to the backend: "backend" and every

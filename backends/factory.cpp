@@ -2,6 +2,10 @@
 
 #include "backends/sim_backend.hpp"
 
+#if KVLANE_HAVE_QBRUNTIME
+#include "backends/qbruntime/qbr_backend.hpp"
+#endif
+
 namespace kvlane::backends {
 
 expected<std::unique_ptr<backend>, backend_error> make_backend(std::string model_name,
@@ -12,8 +16,20 @@ expected<std::unique_ptr<backend>, backend_error> make_backend(std::string model
       return unexpected(std::move(made).error());
     return std::unique_ptr<backend>(std::move(*made));
   }
+  if (cfg.kind == "qbruntime") {
+#if KVLANE_HAVE_QBRUNTIME
+    auto made = qbr_backend::create(std::move(model_name), cfg.qbruntime);
+    if (!made)
+      return unexpected(std::move(made).error());
+    return std::unique_ptr<backend>(std::move(*made));
+#else
+    return unexpected(backend_error{backend_errc::invalid_argument,
+                                    "backend 'qbruntime' is not in this build: configure kvlane "
+                                    "with -DKVLANE_QBRUNTIME=sdk (docs/backends.md)"});
+#endif
+  }
   return unexpected(backend_error{backend_errc::invalid_argument,
-                                  "unknown backend '" + cfg.kind + "' (known: sim)"});
+                                  "unknown backend '" + cfg.kind + "' (known: sim, qbruntime)"});
 }
 
 } // namespace kvlane::backends

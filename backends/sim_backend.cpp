@@ -416,6 +416,7 @@ sim_backend::sim_backend(std::string model_name, const sim_options& opts, kv_reg
   info_.bytes_per_token = opts.snapshot_bytes / opts.max_context;
   info_.caps.transfer_overlaps_compute = opts.overlap != transfer_overlap::none;
   info_.caps.extent = opts.extent;
+  info_.caps.snapshots = opts.snapshots;
   dump_rng_ = mix64(seed_key_ ^ 0xD0D0ull);
   load_rng_ = mix64(seed_key_ ^ 0x10ADull);
   faults_[op_index(sim_op::step)].spec = opts.step_faults;
@@ -633,6 +634,8 @@ expected<std::size_t, backend_error> sim_backend::dump(slot_id slot, std::uint32
                                                        std::span<std::byte> destination) {
   if (auto fault = take_fault(sim_op::dump))
     return unexpected(std::move(*fault));
+  if (!opts_.snapshots)
+    return unexpected(invalid("dump: this device has no snapshots (snapshot = \"none\")"));
   if (slot >= opts_.slots)
     return unexpected(invalid("dump: slot " + std::to_string(slot) + " out of range (slots "
                               + std::to_string(opts_.slots) + ")"));
@@ -662,6 +665,8 @@ expected<void, backend_error> sim_backend::load(slot_id slot, std::uint32_t cach
                                                 std::span<const std::byte> source) {
   if (auto fault = take_fault(sim_op::load))
     return unexpected(std::move(*fault));
+  if (!opts_.snapshots)
+    return unexpected(invalid("load: this device has no snapshots (snapshot = \"none\")"));
   if (slot >= opts_.slots)
     return unexpected(invalid("load: slot " + std::to_string(slot) + " out of range (slots "
                               + std::to_string(opts_.slots) + ")"));

@@ -15,9 +15,13 @@ constexpr choice<transfer_overlap> overlap_modes[] = {
   {"shared", transfer_overlap::shared},
 };
 
-constexpr choice<snapshot_extent> snapshot_extents[] = {
-  {"full", snapshot_extent::full_slot},
-  {"used", snapshot_extent::used_length},
+/// `snapshot`: what a dump copies, or "none" for a device without per-slot transfers.
+enum class snapshot_mode : std::uint8_t { full, used, none };
+
+constexpr choice<snapshot_mode> snapshot_modes[] = {
+  {"full", snapshot_mode::full},
+  {"used", snapshot_mode::used},
+  {"none", snapshot_mode::none},
 };
 
 // Built by probing backends::to_string(backend_errc) so that the accepted names
@@ -108,8 +112,13 @@ config_reader::status parse_sim_options(const config_reader::reporter& r,
                   "number (got {}{}; nearest valid: {} or {})",
                   out.max_context, out.snapshot_bytes, set ? "" : ", the default", below, above)));
   }
-  KVLANE_CONFIG_TRY(read_choice(r, s, "snapshot", out.extent,
-                                std::span<const choice<snapshot_extent>>(snapshot_extents)));
+  if (s.find("snapshot") != nullptr) {
+    auto mode = snapshot_mode::full;
+    KVLANE_CONFIG_TRY(read_choice(r, s, "snapshot", mode,
+                                  std::span<const choice<snapshot_mode>>(snapshot_modes)));
+    out.extent = mode == snapshot_mode::used ? snapshot_extent::used_length : snapshot_extent::full_slot;
+    out.snapshots = mode != snapshot_mode::none;
+  }
 
   KVLANE_CONFIG_TRY(read_real(r, s, "step_base_ms", out.step_base_ms, non_negative));
   KVLANE_CONFIG_TRY(read_real(r, s, "step_per_token_ms", out.step_per_token_ms, non_negative));

@@ -38,6 +38,7 @@ struct sim_options {
   std::uint32_t max_prefill_chunk = 128;
   std::uint64_t snapshot_bytes = 64ull << 20; ///< full-slot KV bytes (64 MiB)
   snapshot_extent extent = snapshot_extent::full_slot;
+  bool snapshots = true;          ///< false models a device without per-slot dump/load
 
   double step_base_ms = 31.0;     ///< fixed cost of one step
   double step_per_token_ms = 1.7; ///< added per token carried by the step

@@ -229,8 +229,15 @@ status parse_store(const reporter& r, const section& root, store_section& out) {
   if (*table == nullptr)
     return {};
   const section s{**table, "store"};
-  KVLANE_CONFIG_TRY(check_keys(r, s, {"max_bytes"}));
+  KVLANE_CONFIG_TRY(check_keys(r, s, {"max_bytes", "warm_pool_bytes"}));
   KVLANE_CONFIG_TRY(read_bytes(r, s, "max_bytes", out.max_bytes, mib, 1ull << 44));
+  KVLANE_CONFIG_TRY(read_bytes(r, s, "warm_pool_bytes", out.warm_pool_bytes, 0, 1ull << 44));
+  // The default may exceed a small max_bytes (the store caps it); an explicit value may not.
+  if (s.find("warm_pool_bytes") != nullptr && out.warm_pool_bytes > out.max_bytes)
+    return unexpected(r.bad_value(s.key("warm_pool_bytes"), s.line("warm_pool_bytes"),
+                                  fmt::format("must be <= store.max_bytes ({}) (got {})",
+                                              format_bytes(out.max_bytes),
+                                              format_bytes(out.warm_pool_bytes))));
   return {};
 }
 

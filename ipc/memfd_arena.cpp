@@ -2,6 +2,7 @@
 
 #include "common/align.hpp"
 
+#include <atomic>
 #include <cassert>
 #include <cerrno>
 #include <cstring>
@@ -112,6 +113,27 @@ expected<void, store_error> memfd_arena::release(std::uint64_t offset, std::uint
                   static_cast<off_t>(length))
       != 0)
     return system_error("fallocate(PUNCH_HOLE)", errno);
+  return {};
+}
+
+expected<void, store_error> memfd_arena::commit(std::uint64_t offset, std::uint64_t length) const {
+  const std::uint64_t page = page_size();
+  if (offset % page != 0 || length % page != 0)
+    return unexpected(store_error{store_errc::invalid_argument, "commit range must be page-aligned"});
+  if (offset > size() || length > size() - offset)
+    return unexpected(store_error{store_errc::invalid_argument, "commit range outside the arena"});
+  if (length == 0)
+    return {};
+  if (::madvise(data() + offset, length, MADV_POPULATE_WRITE) == 0)
+    return {};
+  if (errno != EINVAL)
+    return system_error("madvise(MADV_POPULATE_WRITE)", errno);
+  // Kernels before 5.14 lack MADV_POPULATE_WRITE: fault each page in by hand.
+  // fetch_add(0) writes without changing the contents, even if another
+  // mapping reads them meanwhile.
+  for (std::uint64_t at = offset; at < offset + length; at += page)
+    std::atomic_ref<unsigned char>(*reinterpret_cast<unsigned char*>(data() + at))
+      .fetch_add(0, std::memory_order_relaxed);
   return {};
 }
 

@@ -6,7 +6,7 @@
 // costs RAM only for what is live. The arena is one memfd, sized to the
 // configured maximum with ftruncate and mapped once MAP_SHARED|MAP_NORESERVE:
 // the address range is reserved, pages are committed by the kernel when first
-// written, and release() punches them out again (fallocate PUNCH_HOLE) so RSS
+// written (or commit()ted up front), and release() punches them out again (fallocate PUNCH_HOLE) so RSS
 // follows live data. committed_bytes() measures what the kernel really holds.
 // The fd can later be passed to clients or used for zero-copy I/O.
 //
@@ -72,6 +72,12 @@ public:
   /// Returns the pages of [offset, offset + length) to the OS; they read as
   /// zero afterwards. offset and length must be multiples of kvlane::page_size().
   expected<void, store_error> release(std::uint64_t offset, std::uint64_t length) const;
+
+  /// Commits the pages of [offset, offset + length) and maps them writable in
+  /// this process (madvise MADV_POPULATE_WRITE), so later writes take no page
+  /// fault. Contents are kept. offset and length must be multiples of
+  /// kvlane::page_size().
+  expected<void, store_error> commit(std::uint64_t offset, std::uint64_t length) const;
 
   /// Bytes the kernel really holds for the memfd (fstat st_blocks * 512).
   expected<std::uint64_t, store_error> committed_bytes() const;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <chrono>
 #include <iterator>
 #include <string>
 #include <tuple>
@@ -18,6 +19,14 @@ namespace {
 
 unexpected<store_error> fail(store_errc code, std::string message) {
   return unexpected(store_error{code, std::move(message)});
+}
+
+using clock = std::chrono::steady_clock;
+
+void add_time(phase_time& phase, clock::time_point start) noexcept {
+  ++phase.count;
+  phase.ns += static_cast<std::uint64_t>(
+    std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count());
 }
 
 unexpected<store_error> stale(snapshot_handle h) {
@@ -57,9 +66,9 @@ std::string_view to_string(eviction_value v) noexcept {
 
 snapshot_store::snapshot_store(memfd_arena arena, std::uint64_t capacity, std::uint64_t limit,
                                std::uint64_t granularity, std::uint64_t retained_limit,
-                               eviction_value value)
+                               eviction_value value, std::uint64_t warm_target)
   : arena_(std::move(arena)), capacity_(capacity), limit_(limit), granularity_(granularity),
-    retained_limit_(retained_limit), value_(value) {
+    retained_limit_(retained_limit), value_(value), warm_target_(warm_target) {
   free_.emplace(0, capacity_);
 }
 
@@ -86,8 +95,9 @@ snapshot_store::create(memfd_arena arena, store_options options) {
     return fail(store_errc::invalid_argument,
                 "retained limit " + std::to_string(retained_limit) + " exceeds the limit ("
                   + std::to_string(limit) + ")");
-  return std::unique_ptr<snapshot_store>(
-    new snapshot_store(std::move(arena), capacity, limit, gran, retained_limit, options.value));
+  const std::uint64_t warm_target = std::min(options.warm_pool_bytes, limit) / gran * gran;
+  return std::unique_ptr<snapshot_store>(new snapshot_store(
+    std::move(arena), capacity, limit, gran, retained_limit, options.value, warm_target));
 }
 
 void snapshot_store::set_retained_limit(std::uint64_t bytes) {
@@ -141,9 +151,9 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
     return fail(store_errc::too_large, std::to_string(bytes) + " bytes exceed the arena");
   const std::uint64_t need = round_up(bytes, granularity_);
 
+  const auto start = clock::now();
   reservation out;
-  std::vector<extent> limbo; // freed ranges to punch before they rejoin the pool
-  std::vector<extent> tail;  // the new extent's unused end, if it held evicted data
+  std::vector<extent> punch; // evicted ranges beyond the pool target, punched after the lock
   {
     std::lock_guard lock(mutex_);
     const auto account = models_.find(meta.model_index);
@@ -154,13 +164,19 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
     if (!placed)
       return unexpected(std::move(placed).error());
 
+    const std::uint64_t lo = placed->offset;
+    const std::uint64_t hi = lo + need;
     // A retained reservation that would overrun the retained share evicts
     // for the share; anything else evicts for the limit or the cap.
     const std::uint64_t share = retained_limit_;
     const evict_reason reason = meta.retained && retained_used_ + need > share
                                   ? evict_reason::retained_share
                                   : evict_reason::pressure;
-    std::vector<extent> victims;
+    // Committed pages under the new extent: warm pool parts, and the
+    // committed parts of victims (reused as they are: refaulting them would
+    // cost more than the dump itself, see docs). The rest is cold.
+    free_map hot;
+    std::vector<std::pair<extent, std::uint64_t>> victims; // extent, committed prefix
     for (const std::uint32_t v : placed->victims) {
       const entry& e = entries_[v];
       out.evicted.push_back(
@@ -174,32 +190,45 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
       } else {
         ++parked_evictions_;
       }
+      const std::uint64_t prefix = committed_prefix(e);
       const extent x = detach_locked(v);
       ++evictions_;
       evicted_bytes_ += x.size;
       insert_free(free_, x);
-      victims.push_back(x);
+      victims.emplace_back(x, prefix);
+      const std::uint64_t c_lo = std::max(x.offset, lo);
+      const std::uint64_t c_hi = std::min(x.offset + prefix, hi);
+      if (c_lo < c_hi)
+        insert_free(hot, extent{c_lo, c_hi - c_lo});
     }
-    const std::uint64_t lo = placed->offset;
-    const std::uint64_t hi = lo + need;
     carve_locked(lo, need);
-    // Evicted pages that the new snapshot reuses stay committed: refaulting
-    // them costs more than the dump itself (see docs). The rest is punched
-    // outside the lock, so it stays out of the pool until then.
-    for (const extent& x : victims) {
-      const std::uint64_t end = x.offset + x.size;
-      if (x.offset < lo)
-        limbo.push_back({x.offset, std::min(end, lo) - x.offset});
-      if (end > hi) {
-        const std::uint64_t start = std::max(x.offset, hi);
-        limbo.push_back({start, end - start});
+    {
+      // Intersections of the warm pool with [lo, hi) leave the pool.
+      auto it = warm_.upper_bound(lo);
+      if (it != warm_.begin())
+        --it;
+      for (; it != warm_.end() && it->first < hi; ++it) {
+        const std::uint64_t a = std::max(it->first, lo);
+        const std::uint64_t b = std::min(it->first + it->second, hi);
+        if (a < b)
+          insert_free(hot, extent{a, b - a});
       }
+      warm_bytes_ -= remove_range(warm_, extent{lo, need});
     }
-    for (const extent& x : limbo)
-      carve_locked(x.offset, x.size);
-    const std::uint64_t written_end = lo + round_up(bytes, page_size());
-    if (!victims.empty() && written_end < hi)
-      tail.push_back({written_end, hi - written_end});
+    // Victims' ranges outside the new extent go back to the pool or are punched.
+    for (const auto& [x, prefix] : victims) {
+      const std::uint64_t end = x.offset + x.size;
+      const std::uint64_t committed_end = x.offset + prefix;
+      const auto recycle_part = [&](std::uint64_t a, std::uint64_t b) {
+        remove_range(free_, extent{a, b - a});
+        recycle_locked(extent{a, b - a}, committed_end > a ? std::min(committed_end, b) - a : 0,
+                       punch);
+      };
+      if (x.offset < lo)
+        recycle_part(x.offset, std::min(end, lo));
+      if (end > hi)
+        recycle_part(std::max(x.offset, hi), end);
+    }
 
     std::uint32_t index = 0;
     if (!vacant_.empty()) {
@@ -220,6 +249,16 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
     e.state = entry_state::writing;
     e.doomed = false;
     touch_locked(e);
+    e.cold.clear();
+    std::uint64_t at = lo;
+    for (const auto& [offset, size] : hot) {
+      if (offset > at)
+        e.cold.push_back(extent{at, offset - at});
+      at = offset + size;
+    }
+    if (at < hi)
+      e.cold.push_back(extent{at, hi - at});
+    e.committed = e.cold.empty();
     used_ += need;
     ++snapshots_;
     if (meta.retained) {
@@ -233,15 +272,16 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
     ++account->second.snapshots;
     out.handle = snapshot_handle{index, e.generation};
     out.bytes = arena_.bytes(lo, bytes);
+    add_time(host_.reserve, start);
   }
-  release_unlocked(tail, false);
-  release_unlocked(limbo, true);
+  release_unlocked(punch);
   return out;
 }
 
 // Placement policy (docs/snapshot-store.md, "Eviction"):
 //  1. If a free extent fits and the limit, the floors of other models and the
-//     cap allow it, take the first fit.
+//     cap allow it, take the first fit among warm (committed) runs, else the
+//     first fit among all free runs.
 //  2. Otherwise walk evictable snapshots from least to most valuable, adding
 //     each to a tentative victim set (skipping any that would take another
 //     model below its floor), until the budget holds and the victims plus free
@@ -284,8 +324,12 @@ snapshot_store::place_locked(const snapshot_meta& meta, std::uint64_t need) {
            && (!meta.retained || retained_used_ - freed_retained + need <= share);
   };
   const auto direct = first_fit(free_, need);
-  if (direct && budget_holds(0, 0, 0))
+  if (direct && budget_holds(0, 0, 0)) {
+    // A warm run first: the dump then writes committed pages, no fault.
+    if (const auto warm = first_fit(warm_, need))
+      return placement{*warm, {}};
     return placement{*direct, {}};
+  }
 
   std::vector<std::uint32_t> candidates;
   for (std::uint32_t i = 0; i < entries_.size(); ++i) {
@@ -365,6 +409,52 @@ snapshot_store::place_locked(const snapshot_meta& meta, std::uint64_t need) {
   return p;
 }
 
+expected<void, store_error> snapshot_store::commit(snapshot_handle h) {
+  std::vector<extent> cold;
+  {
+    std::lock_guard lock(mutex_);
+    entry* e = find_locked(h);
+    if (e == nullptr)
+      return stale(h);
+    if (e->state != entry_state::writing)
+      return fail(store_errc::invalid_argument,
+                  "snapshot " + to_string(h) + " is not being written (commit before seal)");
+    if (e->cold.empty())
+      return {};
+    cold = std::move(e->cold);
+    e->cold.clear();
+    ++e->readers; // a free() meanwhile must not return the range while it is being faulted in
+  }
+  const auto start = clock::now();
+  std::uint64_t bytes = 0;
+  expected<void, store_error> result;
+  for (const extent& x : cold) {
+    if (result = arena_.commit(x.offset, x.size); !result)
+      break;
+    bytes += x.size;
+  }
+  std::vector<extent> released;
+  bool freed_meanwhile = false;
+  {
+    std::lock_guard lock(mutex_);
+    add_time(host_.commit, start);
+    host_.committed_on_demand_bytes += bytes;
+    entry& e = entries_[h.index];
+    freed_meanwhile = e.doomed;
+    if (result && !freed_meanwhile)
+      e.committed = true;
+    else if (!result)
+      e.cold = std::move(cold); // still unknown: treated as cold when freed
+    end_read_locked(h.index, released);
+  }
+  release_unlocked(released);
+  if (!result)
+    return result;
+  if (freed_meanwhile)
+    return stale(h);
+  return {};
+}
+
 expected<void, store_error> snapshot_store::seal(snapshot_handle h) {
   std::span<const std::byte> data;
   std::uint64_t seed = 0;
@@ -381,11 +471,13 @@ expected<void, store_error> snapshot_store::seal(snapshot_handle h) {
     data = arena_.bytes(e->offset, e->length);
     seed = meta_seed(e->meta);
   }
+  const auto start = clock::now();
   const std::uint64_t sum = checksum64(data, seed);
   std::vector<extent> released;
   bool freed_meanwhile = false;
   {
     std::lock_guard lock(mutex_);
+    add_time(host_.seal, start);
     entry& e = entries_[h.index];
     freed_meanwhile = e.doomed;
     if (!freed_meanwhile) {
@@ -395,7 +487,7 @@ expected<void, store_error> snapshot_store::seal(snapshot_handle h) {
     }
     end_read_locked(h.index, released);
   }
-  release_unlocked(released, true);
+  release_unlocked(released);
   if (freed_meanwhile)
     return stale(h);
   return {};
@@ -422,15 +514,17 @@ expected<void, store_error> snapshot_store::verify(snapshot_handle h,
     seed = meta_seed(e->meta);
     stored = e->checksum;
   }
+  const auto start = clock::now();
   const std::uint64_t sum = checksum64(data, seed);
   std::vector<extent> released;
   bool freed_meanwhile = false;
   {
     std::lock_guard lock(mutex_);
+    add_time(host_.verify, start);
     freed_meanwhile = entries_[h.index].doomed;
     end_read_locked(h.index, released);
   }
-  release_unlocked(released, true);
+  release_unlocked(released);
   if (freed_meanwhile)
     return stale(h);
   if (sum != stored)
@@ -481,9 +575,9 @@ expected<void, store_error> snapshot_store::unpin(snapshot_handle h) {
       return fail(store_errc::invalid_argument, "snapshot " + to_string(h) + " is not pinned");
     --e.pins;
     if (e.doomed && e.pins == 0 && e.readers == 0)
-      released.push_back(detach_locked(h.index));
+      retire_locked(h.index, released);
   }
-  release_unlocked(released, true);
+  release_unlocked(released);
   return {};
 }
 
@@ -497,9 +591,9 @@ expected<void, store_error> snapshot_store::free(snapshot_handle h) {
     if (e->pins > 0 || e->readers > 0)
       e->doomed = true;
     else
-      released.push_back(detach_locked(h.index));
+      retire_locked(h.index, released);
   }
-  release_unlocked(released, true);
+  release_unlocked(released);
   return {};
 }
 
@@ -523,6 +617,9 @@ store_stats snapshot_store::stats() const {
     s.peak_snapshots = peak_snapshots_;
     s.evicted_bytes = evicted_bytes_;
     s.release_failures = release_failures_;
+    s.pool_bytes = warm_bytes_;
+    s.pool_target_bytes = warm_target_;
+    s.host = host_;
     for (const auto& [offset, size] : free_)
       s.largest_free_bytes = std::max(s.largest_free_bytes, size);
     for (const auto& [index, account] : models_)
@@ -570,11 +667,64 @@ snapshot_store::extent snapshot_store::detach_locked(std::uint32_t index) {
   return x;
 }
 
+std::uint64_t snapshot_store::committed_prefix(const entry& e) const noexcept {
+  // A committed extent is committed whole; otherwise what the writer wrote
+  // (it fills the whole reserved span) is, and the rest is treated as cold.
+  if (e.committed)
+    return e.size;
+  return std::min(e.size, round_up(e.length, page_size()));
+}
+
+void snapshot_store::retire_locked(std::uint32_t index, std::vector<extent>& punch) {
+  const std::uint64_t prefix = committed_prefix(entries_[index]);
+  recycle_locked(detach_locked(index), prefix, punch);
+}
+
+// Warm pool policy (docs/snapshot-store.md, "The warm pool"): a freed range
+// stays committed and rejoins the free map at once while the pool is under its
+// target; what is above the target (or was never committed) is punched outside
+// the lock and rejoins the free map after.
+void snapshot_store::recycle_locked(extent x, std::uint64_t committed, std::vector<extent>& punch) {
+  const std::uint64_t room = warm_target_ > warm_bytes_ ? warm_target_ - warm_bytes_ : 0;
+  const std::uint64_t keep = std::min(committed, room) / granularity_ * granularity_;
+  if (keep > 0) {
+    insert_free(free_, extent{x.offset, keep});
+    insert_free(warm_, extent{x.offset, keep});
+    warm_bytes_ += keep;
+  }
+  if (keep < x.size)
+    punch.push_back(extent{x.offset + keep, x.size - keep});
+}
+
+std::uint64_t snapshot_store::remove_range(free_map& map, extent x) {
+  const std::uint64_t lo = x.offset;
+  const std::uint64_t hi = x.offset + x.size;
+  std::uint64_t removed = 0;
+  auto it = map.upper_bound(lo);
+  if (it != map.begin())
+    --it;
+  while (it != map.end() && it->first < hi) {
+    const std::uint64_t start = it->first;
+    const std::uint64_t end = it->first + it->second;
+    if (end <= lo) {
+      ++it;
+      continue;
+    }
+    it = map.erase(it);
+    if (start < lo)
+      map.emplace(start, lo - start);
+    if (end > hi)
+      map.emplace(hi, end - hi);
+    removed += std::min(end, hi) - std::max(start, lo);
+  }
+  return removed;
+}
+
 void snapshot_store::end_read_locked(std::uint32_t index, std::vector<extent>& released) {
   entry& e = entries_[index];
   --e.readers;
   if (e.doomed && e.pins == 0 && e.readers == 0)
-    released.push_back(detach_locked(index));
+    retire_locked(index, released);
 }
 
 void snapshot_store::carve_locked(std::uint64_t offset, std::uint64_t size) {
@@ -592,26 +742,28 @@ void snapshot_store::carve_locked(std::uint64_t offset, std::uint64_t size) {
 }
 
 // Punching happens without the lock (it takes milliseconds for tens of MiB);
-// the ranges are in nobody's hands meanwhile, and rejoin the pool only after,
+// the ranges are in nobody's hands meanwhile, and rejoin the free map only after,
 // so no new snapshot can be handed pages that are about to vanish.
-void snapshot_store::release_unlocked(const std::vector<extent>& ranges, bool return_to_pool) {
+void snapshot_store::release_unlocked(const std::vector<extent>& ranges) {
   if (ranges.empty())
     return;
+  const auto start = clock::now();
   std::uint64_t failures = 0;
+  std::uint64_t bytes = 0;
   for (const extent& x : ranges) {
+    bytes += x.size;
     if (auto r = arena_.release(x.offset, x.size); !r) {
       ++failures;
       logging::get("store")->error("returning {} bytes at offset {} to the OS failed: {}",
                                            x.size, x.offset, r.error().message);
     }
   }
-  if (!return_to_pool && failures == 0)
-    return;
   std::lock_guard lock(mutex_);
+  add_time(host_.punch, start);
+  host_.punched_bytes += bytes;
   release_failures_ += failures;
-  if (return_to_pool)
-    for (const extent& x : ranges)
-      insert_free(free_, x);
+  for (const extent& x : ranges)
+    insert_free(free_, x);
 }
 
 std::uint64_t snapshot_store::insert_free(free_map& map, extent x) {

@@ -8,18 +8,21 @@
 // into them, no extra copy), seals them with a checksum, shares one memory
 // limit between all models with a per-model floor and cap, and, when full,
 // evicts the least valuable parked snapshots and reports them so their
-// sequences can be marked "dropped -> recompute". RAM follows live data:
-// freed and evicted ranges are punched out of the memfd at once.
+// sequences can be marked "dropped -> recompute". RAM follows live data plus
+// a bounded warm pool: freed ranges stay committed up to the pool target (so
+// the next dump takes no page fault), and are punched out beyond it.
 // Design notes: docs/snapshot-store.md.
 //
 // Lifecycle of a snapshot:
 //   reserve() -> writing: the caller owns the bytes and fills them
+//                (commit() first makes the fill fault-free)
 //   seal()    -> sealed: checksummed, readable, evictable unless pinned
 //   free(), or eviction by a later reserve() -> the handle goes stale
 //
 // Thread contract:
 //  - Every method is thread-safe. One internal mutex guards metadata only; it
-//    is never held while snapshot bytes are hashed or while pages are punched.
+//    is never held while snapshot bytes are hashed or pages are faulted in or
+//    punched.
 //  - The bytes of a `writing` snapshot are written by the one owner of its
 //    handle, who then seals it. Sealed bytes are never written again.
 //  - A sealed snapshot may be evicted by any other thread's reserve() unless
@@ -101,6 +104,28 @@ struct store_options {
   std::uint64_t granularity = 64 * 1024; ///< allocation unit: power of two, >= the OS page
   std::optional<std::uint64_t> retained_limit_bytes; ///< most bytes retained snapshots hold; none: the limit
   eviction_value value = eviction_value::cost;
+  /// Free bytes kept committed (the warm pool) so later dumps take no page
+  /// fault; freed ranges beyond it are punched. Rounded down to the
+  /// granularity; at most the limit. 0 = punch everything at once.
+  std::uint64_t warm_pool_bytes = 0;
+};
+
+/// Host time spent in one phase of the data path since the store was created.
+struct phase_time {
+  std::uint64_t count = 0; ///< calls that did work in this phase
+  std::uint64_t ns = 0;    ///< steady_clock nanoseconds, summed
+};
+
+/// Where the store's host time goes (always on: two clock reads per call).
+/// The copy itself is the writer's (backend::dump) and the loader's.
+struct store_host_times {
+  phase_time reserve; ///< reserve(): placement, eviction planning, bookkeeping
+  phase_time commit;  ///< commit(): page faults taken up front on cold pages
+  phase_time seal;    ///< seal(): the checksum pass
+  phase_time verify;  ///< verify(): the checksum pass before a load
+  phase_time punch;   ///< fallocate(PUNCH_HOLE) of freed ranges above the pool target
+  std::uint64_t punched_bytes = 0;
+  std::uint64_t committed_on_demand_bytes = 0; ///< cold bytes commit() had to fault in
 };
 
 struct model_usage {
@@ -130,6 +155,9 @@ struct store_stats {
   std::uint64_t retained_evictions = 0; ///< retained snapshots evicted, for any reason
   std::uint64_t retained_share_evictions = 0; ///< of which to stay within the retained share
   std::uint64_t release_failures = 0; ///< punch-hole failures (pages stayed committed)
+  std::uint64_t pool_bytes = 0;        ///< free bytes kept committed (the warm pool)
+  std::uint64_t pool_target_bytes = 0; ///< the pool's target (store_options::warm_pool_bytes)
+  store_host_times host;
   std::vector<model_usage> models;    ///< by model_index
 };
 
@@ -164,6 +192,12 @@ public:
   /// request fails.
   expected<reservation, store_error> reserve(const snapshot_meta& meta, std::uint64_t bytes);
 
+  /// Commits the pages of a reservation that are not warm yet, so writing it
+  /// takes no page fault (call it on the writer's thread, before the dump).
+  /// A no-op when the reservation came from the warm pool. Optional: a writer
+  /// that skips it faults the pages in as it writes.
+  expected<void, store_error> commit(snapshot_handle h);
+
   /// Checksums a written snapshot; it becomes readable and evictable.
   expected<void, store_error> seal(snapshot_handle h);
 
@@ -195,6 +229,11 @@ public:
 private:
   enum class entry_state : std::uint8_t { vacant, writing, sealing, sealed };
 
+  struct extent {
+    std::uint64_t offset = 0;
+    std::uint64_t size = 0;
+  };
+
   struct entry {
     snapshot_meta meta;
     std::uint64_t offset = 0;
@@ -207,7 +246,9 @@ private:
     std::uint32_t pins = 0;    // caller pins
     std::uint32_t readers = 0; // seal()/verify() hashing outside the lock
     entry_state state = entry_state::vacant;
-    bool doomed = false; // freed while pinned or hashed: released at the last unpin
+    bool doomed = false;    // freed while pinned or hashed: released at the last unpin
+    bool committed = false; // every page of [offset, offset + size) is committed
+    std::vector<extent> cold; // parts not committed yet (commit() faults them in)
   };
 
   struct model_account {
@@ -215,11 +256,6 @@ private:
     std::uint64_t cap = 0;
     std::uint64_t used = 0;
     std::uint64_t snapshots = 0;
-  };
-
-  struct extent {
-    std::uint64_t offset = 0;
-    std::uint64_t size = 0;
   };
 
   struct placement {
@@ -230,16 +266,21 @@ private:
   using free_map = std::map<std::uint64_t, std::uint64_t>; // offset -> size, coalesced
 
   snapshot_store(memfd_arena arena, std::uint64_t capacity, std::uint64_t limit,
-                 std::uint64_t granularity, std::uint64_t retained_limit, eviction_value value);
+                 std::uint64_t granularity, std::uint64_t retained_limit, eviction_value value,
+                 std::uint64_t warm_target);
 
   entry* find_locked(snapshot_handle h);
   const entry* find_locked(snapshot_handle h) const;
   expected<placement, store_error> place_locked(const snapshot_meta& meta, std::uint64_t need);
   void touch_locked(entry& e);
   extent detach_locked(std::uint32_t index);
+  void retire_locked(std::uint32_t index, std::vector<extent>& punch);
+  void recycle_locked(extent x, std::uint64_t committed_prefix, std::vector<extent>& punch);
+  std::uint64_t committed_prefix(const entry& e) const noexcept;
+  static std::uint64_t remove_range(free_map& map, extent x);
   void carve_locked(std::uint64_t offset, std::uint64_t size);
   void end_read_locked(std::uint32_t index, std::vector<extent>& released);
-  void release_unlocked(const std::vector<extent>& ranges, bool return_to_pool);
+  void release_unlocked(const std::vector<extent>& ranges);
   static std::uint64_t insert_free(free_map& map, extent x);
   static std::optional<std::uint64_t> first_fit(const free_map& map, std::uint64_t need);
 
@@ -269,6 +310,10 @@ private:
   std::uint64_t retained_evictions_ = 0;
   std::uint64_t retained_share_evictions_ = 0;
   std::uint64_t release_failures_ = 0;
+  free_map warm_; // the warm pool: committed parts of free_, coalesced
+  std::uint64_t warm_bytes_ = 0;
+  std::uint64_t warm_target_ = 0;
+  store_host_times host_; // guarded by mutex_
 };
 
 /// "<index>#<generation>", for logs and error messages.

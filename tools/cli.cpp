@@ -54,6 +54,12 @@ constexpr const char* usage_text =
   "  --tokens N           tokens in the probed snapshot (default max_context/2)\n"
   "  --time-scale X       sim only: override [model.sim] time_scale\n"
   "  --overlap MODE       sim only: override [model.sim] overlap (full|none|shared)\n"
+  "  --concurrency MODE   qbruntime only: override [model.qbruntime] concurrency\n"
+  "                       (serialize|allow)\n"
+  "  --verify             first check correctness: repeatable greedy decoding, dump ->\n"
+  "                       overwrite -> load continuity, slot isolation and, when\n"
+  "                       transfers overlap compute, decoding during transfers;\n"
+  "                       exit status 1 if a check fails\n"
   "  --json               print one JSON object instead of text\n"
   "\n"
   "The probe overwrites every slot of the device: run it with kvlaned stopped.\n"
@@ -93,6 +99,7 @@ int probe_main(int argc, char** argv) {
   std::optional<std::string> model;
   std::optional<double> time_scale;
   std::optional<backends::transfer_overlap> overlap;
+  std::optional<backends::qbr_concurrency> concurrency;
   probe_options opts;
   bool json = false;
   for (int i = 0; i < argc; ++i) {
@@ -104,6 +111,16 @@ int probe_main(int argc, char** argv) {
     };
     if (a == "--json") {
       json = true;
+    } else if (a == "--verify") {
+      opts.verify = true;
+    } else if (a == "--concurrency") {
+      auto v = value();
+      if (v == "serialize")
+        concurrency = backends::qbr_concurrency::serialize;
+      else if (v == "allow")
+        concurrency = backends::qbr_concurrency::allow;
+      else
+        return fail("--concurrency needs serialize or allow", 64);
     } else if (a == "--config") {
       auto v = value();
       if (!v)
@@ -157,6 +174,8 @@ int probe_main(int argc, char** argv) {
     sim.time_scale = *time_scale;
   if (overlap)
     sim.overlap = *overlap;
+  if (concurrency)
+    backend_cfg.qbruntime.concurrency = *concurrency;
   auto b = backends::make_backend(m->name, backend_cfg);
   if (!b)
     return fail(fmt::format("model '{}': backend failed to load: {}", m->name, b.error().message));
@@ -171,7 +190,7 @@ int probe_main(int argc, char** argv) {
                             backends::to_string(report.error().code)));
   auto text = json ? format_json(*report) + "\n" : format_text(*report);
   std::fwrite(text.data(), 1, text.size(), stdout);
-  return 0;
+  return report->verify && !report->verify->passed() ? 1 : 0;
 }
 
 std::atomic<bool> interrupted{false};

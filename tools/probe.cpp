@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cmath>
@@ -108,6 +109,14 @@ expected<probe_report, backend_error> run_probe(backend& b, const probe_options&
   const double scale = opts.clock_scale;
   backends::step_output out;
 
+  if (opts.verify) {
+    say("verifying decoding, snapshots and slot isolation");
+    auto v = run_verify(b, opts.verify_tokens);
+    if (!v)
+      return unexpected(v.error());
+    r.verify = std::move(*v);
+  }
+
   // 1. Step time against rows (decode) and tokens per row (prefill).
   say("measuring step time");
   std::vector<step_shape> shapes;
@@ -132,6 +141,8 @@ expected<probe_report, backend_error> run_probe(backend& b, const probe_options&
   fit_line(r.steps, r.step_base_ms, r.step_per_token_ms);
 
   // 2. Dump and load of one snapshot on slot 0.
+  if (!info.caps.snapshots)
+    return r; // nothing to transfer: the scheduler recomputes
   say("measuring dump and load");
   r.snapshot_tokens = opts.snapshot_tokens ? std::min(opts.snapshot_tokens, info.max_context)
                                            : std::max(1u, info.max_context / 2);
@@ -229,12 +240,231 @@ expected<probe_report, backend_error> run_probe(backend& b, const probe_options&
   return r;
 }
 
+// --- verify --------------------------------------------------------------------
+
+namespace {
+
+using backends::slot_id;
+using check = verify_check;
+
+/// A sequence on one slot, decoded greedily one step at a time.
+struct greedy_run {
+  greedy_run(backend& backend_ref, slot_id s) : b(backend_ref), slot(s) {}
+
+  backend& b;
+  slot_id slot;
+  std::uint32_t len = 0;
+  backends::token_id next = 0;
+  std::vector<backends::token_id> out;
+  backends::step_output logits;
+
+  static backends::token_id argmax(std::span<const float> row) {
+    return static_cast<backends::token_id>(std::max_element(row.begin(), row.end()) - row.begin());
+  }
+
+  expected<void, backend_error> prefill(std::span<const backends::token_id> prompt) {
+    len = 0;
+    out.clear();
+    while (len < prompt.size()) {
+      const auto n = std::min<std::size_t>(b.info().max_prefill_chunk, prompt.size() - len);
+      step_row row{slot, len, prompt.subspan(len, n)};
+      if (auto ok = b.step(std::span{&row, 1}, logits); !ok)
+        return ok;
+      len += static_cast<std::uint32_t>(n);
+    }
+    next = argmax(logits.row(0));
+    return {};
+  }
+
+  expected<void, backend_error> decode(std::uint32_t n) {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      out.push_back(next);
+      step_row row{slot, len, std::span<const backends::token_id>(&out.back(), 1)};
+      if (auto ok = b.step(std::span{&row, 1}, logits); !ok)
+        return ok;
+      ++len;
+      next = argmax(logits.row(0));
+    }
+    return {};
+  }
+};
+
+std::string first_difference(const std::vector<backends::token_id>& got,
+                             const std::vector<backends::token_id>& want) {
+  std::size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i])
+    ++i;
+  if (i == got.size() && i == want.size())
+    return fmt::format("{} tokens equal", want.size());
+  return fmt::format("differs at token {}: got {}, expected {}", i,
+                     i < got.size() ? std::to_string(got[i]) : "nothing",
+                     i < want.size() ? std::to_string(want[i]) : "nothing");
+}
+
+check compare(std::string name, const std::vector<backends::token_id>& got,
+              const std::vector<backends::token_id>& want) {
+  return {std::move(name), got == want ? check::outcome::passed : check::outcome::failed,
+          first_difference(got, want)};
+}
+
+} // namespace
+
+std::string_view to_string(verify_check::outcome o) noexcept {
+  switch (o) {
+    case verify_check::outcome::passed: return "passed";
+    case verify_check::outcome::failed: return "failed";
+    case verify_check::outcome::skipped: return "skipped";
+  }
+  return "unknown";
+}
+
+bool verify_report::passed() const noexcept {
+  return std::none_of(checks.begin(), checks.end(),
+                      [](const check& c) { return c.result == check::outcome::failed; });
+}
+
+expected<verify_report, backend_error> run_verify(backend& b, std::uint32_t tokens) {
+  const auto& info = b.info();
+  if (tokens < 2 || info.slots == 0)
+    return unexpected(backend_error{backends::backend_errc::invalid_argument,
+                                    "verify needs at least 2 tokens and a backend with slots"});
+  verify_report r;
+  // A fixed prompt, through the model's tokenizer, cut so that the continuation fits.
+  r.prompt = b.tokens().encode(
+    "The quick brown fox jumps over the lazy dog. A probe checks that the NPU keeps state.");
+  const std::uint32_t room = info.max_context > tokens ? info.max_context - tokens : 0;
+  if (room < 2)
+    return unexpected(backend_error{backends::backend_errc::invalid_argument,
+                                    fmt::format("verify: max_context {} leaves no room for a "
+                                                "prompt and {} tokens", info.max_context, tokens)});
+  if (r.prompt.size() > room / 2)
+    r.prompt.resize(room / 2);
+  for (auto t : r.prompt)
+    if (t >= info.vocab_size)
+      return unexpected(backend_error{backends::backend_errc::invalid_argument,
+                                      fmt::format("verify: the tokenizer produced token {} outside "
+                                                  "the model's {} logits", t, info.vocab_size)});
+  // Another sequence, used to overwrite slots.
+  std::vector<backends::token_id> other(r.prompt.rbegin(), r.prompt.rend());
+  const std::uint32_t half = tokens / 2;
+
+#define KVLANE_VERIFY_TRY(...)                                                                    \
+  if (auto ok_ = (__VA_ARGS__); !ok_)                                                             \
+    return unexpected(std::move(ok_.error()));
+
+  // 1. Reference, then the same again from scratch on the last slot.
+  greedy_run ref{b, 0};
+  KVLANE_VERIFY_TRY(ref.prefill(r.prompt));
+  KVLANE_VERIFY_TRY(ref.decode(tokens));
+  r.greedy = ref.out;
+  {
+    greedy_run again{b, info.slots - 1};
+    KVLANE_VERIFY_TRY(again.prefill(r.prompt));
+    KVLANE_VERIFY_TRY(again.decode(tokens));
+    r.checks.push_back(compare("repeatable", again.out, r.greedy));
+  }
+
+  // 2. Round trip on slot 0: decode half, dump, overwrite, load, decode the rest.
+  std::vector<std::byte> snapshot;
+  if (!info.caps.snapshots) {
+    r.checks.push_back({"round_trip", check::outcome::skipped, "the backend has no snapshots"});
+  } else {
+    greedy_run run{b, 0};
+    KVLANE_VERIFY_TRY(run.prefill(r.prompt));
+    KVLANE_VERIFY_TRY(run.decode(half));
+    snapshot.resize(b.snapshot_size(run.len));
+    KVLANE_VERIFY_TRY(b.dump(0, run.len, snapshot));
+    greedy_run overwrite{b, 0};
+    KVLANE_VERIFY_TRY(overwrite.prefill(other));
+    KVLANE_VERIFY_TRY(overwrite.decode(half));
+    KVLANE_VERIFY_TRY(b.load(0, run.len, snapshot));
+    KVLANE_VERIFY_TRY(run.decode(tokens - half));
+    r.checks.push_back(compare("round_trip", run.out, r.greedy));
+  }
+
+  // 3. Isolation: slot 0 decodes half, other slots run another sequence (and, with
+  //    snapshots, slot 1 is dumped and loaded), then slot 0 finishes.
+  if (info.slots < 2) {
+    r.checks.push_back({"isolation", check::outcome::skipped, "one slot"});
+  } else {
+    greedy_run run{b, 0};
+    KVLANE_VERIFY_TRY(run.prefill(r.prompt));
+    KVLANE_VERIFY_TRY(run.decode(half));
+    for (slot_id s = 1; s < info.slots; ++s) {
+      greedy_run noise{b, s};
+      KVLANE_VERIFY_TRY(noise.prefill(other));
+      KVLANE_VERIFY_TRY(noise.decode(2));
+      if (s == 1 && info.caps.snapshots) {
+        snapshot.resize(b.snapshot_size(noise.len));
+        KVLANE_VERIFY_TRY(b.dump(1, noise.len, snapshot));
+        KVLANE_VERIFY_TRY(b.load(1, noise.len, snapshot));
+      }
+    }
+    KVLANE_VERIFY_TRY(run.decode(tokens - half));
+    r.checks.push_back(compare("isolation", run.out, r.greedy));
+  }
+
+  // 4. Concurrent: slot 1 decodes the reference while slot 0 is dumped and loaded.
+  if (info.slots < 2 || !info.caps.snapshots) {
+    r.checks.push_back({"concurrent", check::outcome::skipped,
+                        info.slots < 2 ? "one slot" : "the backend has no snapshots"});
+  } else if (!info.caps.transfer_overlaps_compute) {
+    r.checks.push_back({"concurrent", check::outcome::skipped,
+                        "the backend serializes transfers with compute"});
+  } else {
+    greedy_run parked{b, 0};
+    KVLANE_VERIFY_TRY(parked.prefill(other));
+    snapshot.resize(b.snapshot_size(parked.len));
+    std::atomic<bool> done{false};
+    expected<void, backend_error> transfer_result;
+    std::uint32_t transfers = 0;
+    std::thread transfer{[&] {
+      // At least one dump and one load, then as many as fit beside the decode.
+      while (transfers < 2 || !done.load(std::memory_order_acquire)) {
+        expected<void, backend_error> ok;
+        if (transfers % 2 == 0) {
+          if (auto n = b.dump(0, parked.len, snapshot); !n)
+            ok = unexpected(std::move(n.error()));
+        } else {
+          ok = b.load(0, parked.len, snapshot);
+        }
+        if (!ok) {
+          transfer_result = unexpected(std::move(ok.error()));
+          return;
+        }
+        ++transfers;
+      }
+    }};
+    greedy_run run{b, 1};
+    auto decoded = run.prefill(r.prompt);
+    if (decoded)
+      decoded = run.decode(tokens);
+    done.store(true, std::memory_order_release);
+    transfer.join();
+    KVLANE_VERIFY_TRY(decoded);
+    KVLANE_VERIFY_TRY(transfer_result);
+    auto c = compare("concurrent", run.out, r.greedy);
+    c.detail += fmt::format(" ({} transfers on slot 0 meanwhile)", transfers);
+    r.checks.push_back(std::move(c));
+  }
+#undef KVLANE_VERIFY_TRY
+  return r;
+}
+
 std::string format_text(const probe_report& r) {
   std::string s;
   auto out = std::back_inserter(s);
   const auto& i = r.info;
   fmt::format_to(out, "backend {} model '{}': {} slots, max context {}, prefill chunk {}, vocab {}\n",
                  i.kind, i.model, i.slots, i.max_context, i.max_prefill_chunk, i.vocab_size);
+  if (!i.runtime_version.empty())
+    fmt::format_to(out, "runtime version {}\n", i.runtime_version);
+  if (r.verify) {
+    fmt::format_to(out, "\nverify ({} prompt tokens, {} greedy tokens): {}\n", r.verify->prompt.size(),
+                   r.verify->greedy.size(), r.verify->passed() ? "passed" : "FAILED");
+    for (const auto& c : r.verify->checks)
+      fmt::format_to(out, "  {:<11} {:<8} {}\n", c.name, to_string(c.result), c.detail);
+  }
   if (r.clock_scale != 1.0)
     fmt::format_to(out, "times in device ms (wall ms x {})\n", r.clock_scale);
   fmt::format_to(out, "\nstep time\n  {:>5} {:>10} {:>10}\n", "rows", "tokens/row", "ms");
@@ -246,7 +476,7 @@ std::string format_text(const probe_report& r) {
   fmt::format_to(out, "  dump {:8.2f} ms  {:6.2f} GiB/s\n  load {:8.2f} ms  {:6.2f} GiB/s\n",
                  r.dump_ms, r.dump_gib_s, r.load_ms, r.load_gib_s);
   if (!r.overlap_measured) {
-    fmt::format_to(out, "\noverlap: not measured (needs at least 2 slots)\n");
+    fmt::format_to(out, "\noverlap: not measured (needs at least 2 slots and snapshots)\n");
     return s;
   }
   fmt::format_to(out,
@@ -266,26 +496,39 @@ std::string format_json(const probe_report& r) {
     steps.push_back(json{{"rows", st.rows},
                          {"tokens_per_row", st.tokens_per_row},
                          {"ms", json_figure(st.ms)}});
-  const json doc{{"backend", i.kind},
-                 {"model", i.model},
-                 {"slots", i.slots},
-                 {"max_context", i.max_context},
-                 {"max_prefill_chunk", i.max_prefill_chunk},
-                 {"clock_scale", json_figure(r.clock_scale)},
-                 {"steps", std::move(steps)},
-                 {"step_base_ms", json_figure(r.step_base_ms)},
-                 {"step_per_token_ms", json_figure(r.step_per_token_ms)},
-                 {"snapshot_tokens", r.snapshot_tokens},
-                 {"snapshot_bytes", r.snapshot_bytes},
-                 {"dump_ms", json_figure(r.dump_ms)},
-                 {"load_ms", json_figure(r.load_ms)},
-                 {"dump_gib_s", json_figure(r.dump_gib_s)},
-                 {"load_gib_s", json_figure(r.load_gib_s)},
-                 {"overlap_measured", r.overlap_measured},
-                 {"serial_ms", json_figure(r.serial_ms)},
-                 {"concurrent_ms", json_figure(r.concurrent_ms)},
-                 {"overlap", json_figure(r.overlap)},
-                 {"claims_overlap", i.caps.transfer_overlaps_compute}};
+  json doc{{"backend", i.kind},
+           {"model", i.model},
+           {"slots", i.slots},
+           {"max_context", i.max_context},
+           {"max_prefill_chunk", i.max_prefill_chunk},
+           {"runtime_version", i.runtime_version},
+           {"snapshots", i.caps.snapshots},
+           {"clock_scale", json_figure(r.clock_scale)},
+           {"steps", std::move(steps)},
+           {"step_base_ms", json_figure(r.step_base_ms)},
+           {"step_per_token_ms", json_figure(r.step_per_token_ms)},
+           {"snapshot_tokens", r.snapshot_tokens},
+           {"snapshot_bytes", r.snapshot_bytes},
+           {"dump_ms", json_figure(r.dump_ms)},
+           {"load_ms", json_figure(r.load_ms)},
+           {"dump_gib_s", json_figure(r.dump_gib_s)},
+           {"load_gib_s", json_figure(r.load_gib_s)},
+           {"overlap_measured", r.overlap_measured},
+           {"serial_ms", json_figure(r.serial_ms)},
+           {"concurrent_ms", json_figure(r.concurrent_ms)},
+           {"overlap", json_figure(r.overlap)},
+           {"claims_overlap", i.caps.transfer_overlaps_compute}};
+  if (r.verify) {
+    json checks = json::array();
+    for (const auto& c : r.verify->checks)
+      checks.push_back(json{{"name", c.name},
+                            {"result", std::string(to_string(c.result))},
+                            {"detail", c.detail}});
+    doc["verify"] = json{{"passed", r.verify->passed()},
+                         {"prompt_tokens", r.verify->prompt.size()},
+                         {"greedy", r.verify->greedy},
+                         {"checks", std::move(checks)}};
+  }
   // Replace, not throw, should a backend report a name with invalid UTF-8.
   return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }

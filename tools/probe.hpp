@@ -9,6 +9,12 @@
 // transfer lane), and overlap = (serial - concurrent) / min(step work,
 // transfer work), clamped to 0..1 — 1 means fully hidden, 0 means serialized.
 //
+// With verify it also checks correctness (run_verify): greedy decoding of a fixed prompt is
+// repeatable; a dump -> overwrite -> load round trip continues identically; work on other
+// slots leaves a slot untouched; and, when the backend claims that transfers overlap
+// compute, a sequence decoded while another slot is dumped and loaded equals a serial run.
+// That last check is what decides whether qbruntime's `concurrency = "allow"` is safe.
+//
 // The probe owns the backend while it runs: it overwrites every slot. Run it
 // with the daemon stopped. Times are reported in device milliseconds: wall
 // time multiplied by `clock_scale` (the sim's time_scale; 1 on hardware).
@@ -18,6 +24,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +35,8 @@ struct probe_options {
   std::uint32_t iterations = 5;     ///< repetitions per measurement (>= 1)
   std::uint32_t snapshot_tokens = 0; ///< tokens in the probed slot; 0 = max_context / 2
   double clock_scale = 1.0;         ///< device ms per wall ms
+  bool verify = false;              ///< also run run_verify (first, on a fresh device)
+  std::uint32_t verify_tokens = 32; ///< greedy tokens each verify check compares
 };
 
 struct step_sample {
@@ -35,6 +44,28 @@ struct step_sample {
   std::uint32_t tokens_per_row = 0;
   double ms = 0; ///< mean device ms per step
 };
+
+/// One correctness check of run_verify.
+struct verify_check {
+  enum class outcome : std::uint8_t { passed, failed, skipped };
+  std::string name;   ///< "repeatable", "round_trip", "isolation", "concurrent"
+  outcome result = outcome::skipped;
+  std::string detail; ///< why it failed or was skipped, or what it compared
+};
+
+std::string_view to_string(verify_check::outcome o) noexcept;
+
+struct verify_report {
+  std::vector<backends::token_id> prompt;
+  std::vector<backends::token_id> greedy; ///< the reference continuation
+  std::vector<verify_check> checks;
+  bool passed() const noexcept; ///< no check failed
+};
+
+/// Runs the correctness checks on `b` (all slots are overwritten). `tokens` is the length
+/// of the greedy continuation compared by each check. Errors of the backend are errors.
+expected<verify_report, backends::backend_error> run_verify(backends::backend& b,
+                                                            std::uint32_t tokens = 32);
 
 struct probe_report {
   backends::backend_info info;
@@ -50,6 +81,7 @@ struct probe_report {
   double step_work_ms = 0, transfer_work_ms = 0; ///< serial parts
   double serial_ms = 0, concurrent_ms = 0;
   double overlap = 0;                        ///< 0..1
+  std::optional<verify_report> verify;       ///< with --verify
 };
 
 using probe_progress = std::function<void(std::string_view)>;

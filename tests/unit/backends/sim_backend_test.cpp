@@ -618,7 +618,8 @@ TEST_CASE("sim_backend: overlap shared slows a step to half speed while a dump r
 }
 
 TEST_CASE("sim_backend: make_backend builds the sim and rejects unknown kinds") {
-  backend_config cfg{.kind = "sim", .sim = small_options()};
+  backend_config cfg;
+  cfg.sim = small_options();
   auto made = make_backend("m", cfg);
   REQUIRE(made.has_value());
   CHECK((*made)->info().kind == "sim");
@@ -626,8 +627,36 @@ TEST_CASE("sim_backend: make_backend builds the sim and rejects unknown kinds") 
   auto unknown = make_backend("m", cfg);
   REQUIRE_FALSE(unknown.has_value());
   CHECK(unknown.error().code == backend_errc::invalid_argument);
-  CHECK(unknown.error().message == "unknown backend 'tpu' (known: sim)");
-  backend_config bad{.kind = "sim", .sim = small_options()};
+  CHECK(unknown.error().message == "unknown backend 'tpu' (known: sim, qbruntime)");
+  backend_config bad;
+  bad.sim = small_options();
   bad.sim.slots = 0;
   CHECK(make_backend("m", bad).error().code == backend_errc::invalid_argument);
 }
+
+TEST_CASE("sim_backend: snapshot none reports no snapshots and refuses dump and load") {
+  auto o = small_options();
+  o.snapshots = false;
+  auto sut = sim_backend::create("m", o);
+  REQUIRE(sut.has_value());
+  CHECK_FALSE((*sut)->info().caps.snapshots);
+  std::vector<std::byte> buf((*sut)->info().snapshot_bytes);
+  auto d = (*sut)->dump(0, 0, buf);
+  REQUIRE_FALSE(d.has_value());
+  CHECK(d.error().code == backend_errc::invalid_argument);
+  CHECK(d.error().message.find("no snapshots") != std::string::npos);
+  auto l = (*sut)->load(0, 0, buf);
+  REQUIRE_FALSE(l.has_value());
+  CHECK(l.error().code == backend_errc::invalid_argument);
+}
+
+#if !KVLANE_HAVE_QBRUNTIME
+TEST_CASE("sim_backend: make_backend explains how to build the qbruntime backend in a build without it") {
+  backend_config cfg;
+  cfg.kind = "qbruntime";
+  auto sut = make_backend("m", cfg);
+  REQUIRE_FALSE(sut.has_value());
+  CHECK(sut.error().code == backend_errc::invalid_argument);
+  CHECK(sut.error().message.find("-DKVLANE_QBRUNTIME=sdk") != std::string::npos);
+}
+#endif

@@ -60,6 +60,29 @@ snapshot_handle park(snapshot_store& store, const snapshot_meta& meta, std::uint
   return r->handle;
 }
 
+std::unique_ptr<snapshot_store> make_pooled_store(std::uint64_t arena_bytes, std::uint64_t limit,
+                                                  std::uint64_t pool) {
+  auto arena = memfd_arena::create("kvlane-test-store", arena_bytes);
+  REQUIRE(arena);
+  store_options options;
+  options.limit_bytes = limit;
+  options.warm_pool_bytes = pool;
+  auto store = snapshot_store::create(std::move(*arena), options);
+  REQUIRE(store);
+  return std::move(*store);
+}
+
+// What a lane does for a dump: reserve, commit, write, seal.
+reservation dump(snapshot_store& store, const snapshot_meta& meta, std::uint64_t bytes,
+                 std::byte fill) {
+  auto r = store.reserve(meta, bytes);
+  REQUIRE(r);
+  REQUIRE(store.commit(r->handle));
+  std::memset(r->bytes.data(), static_cast<int>(fill), r->bytes.size());
+  REQUIRE(store.seal(r->handle));
+  return std::move(*r);
+}
+
 std::uint64_t model_used(const snapshot_store& store, std::uint32_t model) {
   for (const auto& m : store.stats().models)
     if (m.model_index == model)
@@ -759,4 +782,117 @@ TEST_CASE("snapshot_store: concurrent owners reserve, seal, verify and free with
   t2.join();
   CHECK(failures.load() == 0);
   CHECK(sut->stats().used_bytes <= 4 * mib);
+}
+
+TEST_CASE("snapshot_store: freed bytes stay committed up to the warm pool target and the rest "
+          "goes back to the OS") {
+  auto sut = make_pooled_store(1024 * mib, 0, 8 * mib);
+  REQUIRE(sut->register_model(0, 0, 0));
+  std::vector<snapshot_handle> live;
+  for (std::uint64_t i = 0; i < 4; ++i)
+    live.push_back(dump(*sut, meta_for(0, i), 4 * mib, std::byte{0x21}).handle);
+  CHECK(sut->stats().committed_bytes == 16 * mib);
+
+  for (const auto h : live)
+    REQUIRE(sut->free(h));
+  const auto s = sut->stats();
+  CHECK(s.pool_target_bytes == 8 * mib);
+  CHECK(s.pool_bytes == 8 * mib);
+  CHECK(s.committed_bytes == 8 * mib);
+  CHECK(s.host.punched_bytes == 8 * mib);
+  CHECK(s.used_bytes == 0);
+  CHECK(s.largest_free_bytes == 1024 * mib);
+}
+
+TEST_CASE("snapshot_store: committed memory is the live snapshots plus the warm pool, through "
+          "frees and evictions") {
+  // Limit 24 MiB, pool 6 MiB: reservations of 1..5 MiB churn with evictions.
+  auto sut = make_pooled_store(64 * mib, 24 * mib, 6 * mib);
+  REQUIRE(sut->register_model(0, 0, 0));
+  std::mt19937_64 rng(77);
+  std::vector<snapshot_handle> live;
+  std::uint64_t evictions = 0;
+  for (int i = 0; i < 200; ++i) {
+    if (!live.empty() && rng() % 3 == 0) {
+      const std::size_t k = rng() % live.size();
+      (void)sut->free(live[k]); // may be stale: evicted meanwhile
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    } else {
+      const std::uint64_t bytes = (1 + rng() % 5) * mib;
+      auto r = dump(*sut, meta_for(0, static_cast<std::uint64_t>(i)), bytes, std::byte{0x42});
+      evictions += r.evicted.size();
+      live.push_back(r.handle);
+    }
+    const auto s = sut->stats();
+    REQUIRE(s.pool_bytes <= s.pool_target_bytes);
+    REQUIRE(s.committed_bytes == s.used_bytes + s.pool_bytes);
+  }
+  CHECK(evictions > 0);
+  for (const auto h : live)
+    (void)sut->free(h);
+  const auto s = sut->stats();
+  CHECK(s.used_bytes == 0);
+  CHECK(s.pool_bytes == 6 * mib);
+  CHECK(s.committed_bytes == 6 * mib);
+}
+
+TEST_CASE("snapshot_store: while the pool is under its target, dumps reuse warm pages and frees "
+          "punch nothing") {
+  auto sut = make_pooled_store(1024 * mib, 0, 16 * mib);
+  REQUIRE(sut->register_model(0, 0, 0));
+  // Warm-up: two parked snapshots fault their pages in once.
+  std::vector<snapshot_handle> parked;
+  for (std::uint64_t i = 0; i < 2; ++i)
+    parked.push_back(dump(*sut, meta_for(0, i), 8 * mib, std::byte{0x10}).handle);
+  const auto warm = sut->stats();
+  CHECK(warm.host.committed_on_demand_bytes == 16 * mib);
+
+  // Steady state: park one, load and free the oldest.
+  for (std::uint64_t i = 2; i < 30; ++i) {
+    const auto r = dump(*sut, meta_for(0, i), 8 * mib, static_cast<std::byte>(i));
+    parked.push_back(r.handle);
+    REQUIRE(sut->pin(parked.front()));
+    REQUIRE(sut->verify(parked.front()));
+    REQUIRE(sut->unpin(parked.front()));
+    REQUIRE(sut->free(parked.front()));
+    parked.erase(parked.begin());
+  }
+  const auto s = sut->stats();
+  CHECK(s.host.punch.count == 0);
+  CHECK(s.host.punched_bytes == 0);
+  // The third snapshot faulted its pages in; after that every dump landed on warm pages.
+  CHECK(s.host.committed_on_demand_bytes == 24 * mib);
+  CHECK(s.committed_bytes == 24 * mib);
+  CHECK(s.host.seal.count == 30);
+  CHECK(s.host.verify.count == 28);
+}
+
+TEST_CASE("snapshot_store: a byte changed after seal in an extent reused from the warm pool is "
+          "reported corrupt by verify") {
+  auto sut = make_pooled_store(64 * mib, 0, 8 * mib);
+  REQUIRE(sut->register_model(0, 0, 0));
+  const auto first = dump(*sut, meta_for(0, 1), 4 * mib, std::byte{0x55});
+  REQUIRE(sut->free(first.handle));
+  REQUIRE(sut->stats().pool_bytes == 4 * mib);
+
+  const auto second = dump(*sut, meta_for(0, 2), 4 * mib, std::byte{0x66});
+  CHECK(second.bytes.data() == first.bytes.data()); // the warm extent was reused
+  REQUIRE(sut->pin(second.handle));
+  CHECK(sut->verify(second.handle));
+  second.bytes[3 * mib + 17] ^= std::byte{0x80};
+  auto v = sut->verify(second.handle);
+  REQUIRE_FALSE(v);
+  CHECK(v.error().code == store_errc::corrupt);
+  REQUIRE(sut->unpin(second.handle));
+}
+
+TEST_CASE("snapshot_store: commit is for reservations being written") {
+  auto sut = make_pooled_store(64 * mib, 0, 0);
+  REQUIRE(sut->register_model(0, 0, 0));
+  const auto r = dump(*sut, meta_for(0, 1), 1 * mib, std::byte{0x01});
+  auto c = sut->commit(r.handle);
+  REQUIRE_FALSE(c);
+  CHECK(c.error().code == store_errc::invalid_argument);
+  REQUIRE(sut->free(r.handle));
+  CHECK(sut->commit(r.handle).error().code == store_errc::stale);
 }
