@@ -15,6 +15,8 @@ void blend(std::optional<double>& avg, double sample, double alpha) {
 cost_model::cost_model(double alpha) : alpha_(alpha) {}
 
 void cost_model::observe_step(std::uint32_t tokens, double ms) {
+  if (fixed_)
+    return;
   const double k = 1 - alpha_;
   const double x = tokens;
   s0_ = k * s0_ + alpha_;
@@ -26,16 +28,18 @@ void cost_model::observe_step(std::uint32_t tokens, double ms) {
 }
 
 void cost_model::observe_dump(std::uint64_t bytes, double ms) {
-  if (bytes > 0)
+  if (bytes > 0 && !fixed_)
     blend(dump_ms_per_byte_, ms / double(bytes), alpha_);
 }
 
 void cost_model::observe_load(std::uint64_t bytes, double ms) {
-  if (bytes > 0)
+  if (bytes > 0 && !fixed_)
     blend(load_ms_per_byte_, ms / double(bytes), alpha_);
 }
 
 std::optional<double> cost_model::step_per_token_ms() const {
+  if (fixed_)
+    return fixed_->step_per_token_ms;
   if (steps_ < 2)
     return std::nullopt;
   const double var = s0_ * sxx_ - sx_ * sx_;
@@ -47,6 +51,8 @@ std::optional<double> cost_model::step_per_token_ms() const {
 }
 
 std::optional<double> cost_model::step_base_ms() const {
+  if (fixed_)
+    return fixed_->step_base_ms;
   auto slope = step_per_token_ms();
   if (!slope)
     return std::nullopt;
@@ -54,12 +60,16 @@ std::optional<double> cost_model::step_base_ms() const {
 }
 
 std::optional<double> cost_model::dump_ms(std::uint64_t bytes) const {
+  if (fixed_)
+    return fixed_->dump_ms_per_mib * double(bytes) / double(1u << 20);
   if (!dump_ms_per_byte_)
     return std::nullopt;
   return *dump_ms_per_byte_ * double(bytes);
 }
 
 std::optional<double> cost_model::load_ms(std::uint64_t bytes) const {
+  if (fixed_)
+    return fixed_->load_ms_per_mib * double(bytes) / double(1u << 20);
   if (!load_ms_per_byte_)
     return std::nullopt;
   return *load_ms_per_byte_ * double(bytes);

@@ -16,9 +16,25 @@
 
 namespace kvlane::actors {
 
+/// Cost figures given instead of measured (scheduler_policy::fixed_costs).
+struct cost_figures {
+  double step_base_ms = 0;
+  double step_per_token_ms = 0;
+  double dump_ms_per_mib = 0;
+  double load_ms_per_mib = 0;
+
+  friend bool operator==(const cost_figures&, const cost_figures&) = default;
+};
+
 class cost_model {
 public:
   explicit cost_model(double alpha = 0.2);
+
+  /// Uses `f` from now on and ignores what is observed (nullopt: measure
+  /// again, from what was learned before). For runs whose swap-or-recompute
+  /// decisions must not depend on the host's timing noise: tests, and
+  /// benchmarks that compare policies rather than the model.
+  void fix(std::optional<cost_figures> f) noexcept { fixed_ = f; }
 
   /// Changes the weight of new samples; what was learned is kept.
   void set_alpha(double alpha) noexcept { alpha_ = alpha; }
@@ -51,6 +67,7 @@ private:
   std::uint64_t steps_ = 0;
   std::optional<double> dump_ms_per_byte_;
   std::optional<double> load_ms_per_byte_;
+  std::optional<cost_figures> fixed_;
 };
 
 } // namespace kvlane::actors

@@ -1033,6 +1033,7 @@ void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
   st.max_step_tokens = p.max_step_tokens;
   st.spare = p.spare_slots;
   st.costs.set_alpha(p.ewma_alpha);
+  st.costs.fix(p.fixed_costs);
 }
 
 caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {

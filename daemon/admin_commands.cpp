@@ -101,6 +101,8 @@ json status(const admin_services& s) {
           {"store",
            {{"used_bytes", store.used_bytes},
             {"committed_bytes", store.committed_bytes},
+            {"warm_pool_bytes", store.pool_bytes},
+            {"warm_pool_target_bytes", store.pool_target_bytes},
             {"limit_bytes", store.limit_bytes},
             {"snapshots", store.snapshots},
             {"peak_used_bytes", store.peak_used_bytes},

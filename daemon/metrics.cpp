@@ -172,9 +172,12 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
   per_scheduler("kvlane_backend_failures_total", "counter", "Failed step, dump and load calls.",
                 [](auto& s) { return s.step_failures + s.dump_failures + s.load_failures; });
 
-  w.family("kvlane_store_bytes", "gauge", "Snapshot store bytes: used (reserved) and committed.");
+  w.family("kvlane_store_bytes", "gauge",
+           "Snapshot store bytes: used (reserved), committed, and the free committed bytes of "
+           "the warm pool.");
   w.sample("kvlane_store_bytes", "state=\"used\"", double(store.used_bytes));
   w.sample("kvlane_store_bytes", "state=\"committed\"", double(store.committed_bytes));
+  w.sample("kvlane_store_bytes", "state=\"warm_pool\"", double(store.pool_bytes));
   w.family("kvlane_store_limit_bytes", "gauge", "Snapshot store limit.");
   w.sample("kvlane_store_limit_bytes", "", double(store.limit_bytes));
   w.family("kvlane_store_snapshots", "gauge", "Snapshots held.");

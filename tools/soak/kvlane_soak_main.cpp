@@ -12,7 +12,8 @@
 //  - every stream that completed (length or stop) equals a solo run of the
 //    same request in process, without faults,
 //  - the daemon, once every app is gone, holds no sequence, no snapshot and no
-//    committed store byte, has the open fds it had at the baseline, and an
+//    committed store byte beyond the warm pool (free bytes kept committed on
+//    purpose, within its target), has the open fds it had at the baseline, and an
 //    RSS within rss_slack of it (not under AddressSanitizer: see below),
 // prints one summary line and exits 1 if any check failed (0 otherwise).
 //
@@ -324,8 +325,16 @@ std::size_t daemon_fds(pid_t pid) {
   return n;
 }
 
+/// Every committed store byte is the warm pool's (free, kept committed on
+/// purpose, within its target): none is held by a snapshot or leaked.
+bool only_warm_pool_committed(const json& store) {
+  const auto committed = store.value("committed_bytes", ~0ull);
+  const auto pool = store.value("warm_pool_bytes", ~0ull);
+  return committed == pool && pool <= store.value("warm_pool_target_bytes", 0ull);
+}
+
 /// Waits until the daemon holds nothing: no client, no live sequence, no
-/// snapshot, no committed store byte. Returns the last status.
+/// snapshot, no committed store byte beyond the warm pool. Returns the last status.
 json wait_idle(const std::string& admin_socket, std::chrono::seconds timeout) {
   json last;
   const auto deadline = steady::now() + timeout;
@@ -338,7 +347,7 @@ json wait_idle(const std::string& admin_socket, std::chrono::seconds timeout) {
         live += m.value("slots_busy", 0u) + m.value("without_slot_interactive", 0u)
                 + m.value("without_slot_batch", 0u);
       if (last["clients"] == 0 && live == 0 && last["store"]["snapshots"] == 0
-          && last["store"]["committed_bytes"] == 0)
+          && only_warm_pool_committed(last["store"]))
         return last;
     }
     std::this_thread::sleep_for(100ms);
@@ -590,7 +599,9 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
 
   const bool rss_ok = !rss_checked || end_rss <= base_rss + rss_slack_bytes;
   const bool fds_ok = end_fds == base_fds;
-  const bool store_ok = committed == 0 && snapshots == 0 && live_left == 0;
+  const std::uint64_t pool = idle.contains("store") ? idle["store"].value("warm_pool_bytes", 0ull) : 0;
+  const bool store_ok = idle.contains("store") && only_warm_pool_committed(idle["store"])
+                        && snapshots == 0 && live_left == 0;
   const bool pass = alive && daemon_exit == 0 && lost == 0 && duplicated == 0 && mismatched == 0
                     && checked == completed && rss_ok && fds_ok && store_ok;
   std::string ends, fails;
@@ -605,7 +616,7 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
               "failed %lu (%s), abandoned %lu, in flight in killed apps %lu; store peak %.1f of %.1f MiB, "
               "%lu evictions; completed %lu checked against solo runs: "
               "%lu mismatched; tokens lost %lu, duplicated %lu; daemon fds %zu -> %zu, rss %.1f -> "
-              "%.1f MiB%s, store committed %lu B, snapshots %lu, live %lu; daemon %s, exit %d: %s\n",
+              "%.1f MiB%s, store committed %lu B (warm pool %lu B), snapshots %lu, live %lu; daemon %s, exit %d: %s\n",
               seconds, static_cast<unsigned long>(app_runs), static_cast<unsigned long>(killed),
               static_cast<unsigned long>(reloads), static_cast<unsigned long>(submitted),
               static_cast<unsigned long>(ended.size()), ends.empty() ? "-" : ends.c_str(),
@@ -618,7 +629,8 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
               static_cast<unsigned long>(duplicated), base_fds, end_fds,
               static_cast<double>(base_rss) / (1 << 20), static_cast<double>(end_rss) / (1 << 20),
               rss_checked ? "" : " (not checked under ASan; LeakSanitizer checks the exit)",
-              static_cast<unsigned long>(committed), static_cast<unsigned long>(snapshots),
+              static_cast<unsigned long>(committed), static_cast<unsigned long>(pool),
+              static_cast<unsigned long>(snapshots),
               static_cast<unsigned long>(live_left), alive ? "alive" : "DEAD", daemon_exit,
               pass ? "PASS" : "FAIL");
   if (!keep && pass) {

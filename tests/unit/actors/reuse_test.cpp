@@ -18,11 +18,9 @@ actors::engine_config reuse_config(scheduler_mode mode) {
   c.reuse.mode = actors::reuse_mode::store;
   c.reuse.min_prefix_tokens = 16;
   // Load vs recompute is decided on measured costs, and the host side of a
-  // load (copy, checksum) is real time that a sanitizer build multiplies. A
-  // prefill ten times dearer per token than the profile's keeps every stored
-  // turn in these tests a load wherever they run, so the load path is what
-  // they check.
-  c.models.front().backend.sim.step_per_token_ms = 17.0;
+  // load (copy, checksum) is real time that load on the machine or a
+  // sanitizer build multiplies: fixed costs keep every stored turn a load.
+  c.scheduler.fixed_costs = test::profile_costs();
   return c;
 }
 

@@ -395,6 +395,7 @@ TEST_CASE("scheduler: a store of two snapshots evicts and refuses parks, every s
   auto solo = solo_results(reqs);
   auto cfg = test::small_config(scheduler_mode::overlap);
   cfg.store.max_bytes = 2 * 512 * 1024; // two full-slot snapshots
+  cfg.scheduler.fixed_costs = test::profile_costs(); // every preemption a swap, however loaded
   engine_fixture sut{cfg};
   auto got = run_all(*sut.engine, reqs);
   check_same_streams(got, solo);

@@ -99,6 +99,7 @@ TEST_CASE("metrics: the exposition parses line by line and carries every require
   ipc::store_stats store;
   store.used_bytes = 64 << 20;
   store.committed_bytes = 60 << 20;
+  store.pool_bytes = 20 << 20;
   store.limit_bytes = 8ull << 30;
   store.evictions = 4;
 
@@ -126,6 +127,7 @@ TEST_CASE("metrics: the exposition parses line by line and carries every require
   CHECK(p.samples["kvlane_transfer_overlap_seconds_total{model=\"m1\",part=\"exposed\"}"] ==
         doctest::Approx(0.06));
   CHECK(p.samples["kvlane_store_bytes{state=\"committed\"}"] == double(60 << 20));
+  CHECK(p.samples["kvlane_store_bytes{state=\"warm_pool\"}"] == double(20 << 20));
   CHECK(p.samples["kvlane_clients_connected"] == 3);
 
   // Histogram buckets are cumulative and end at the count.
