@@ -234,6 +234,8 @@ spare_slots = 1
 max_bytes = "2MiB"
 [clients]
 max_backlog_records = 4096
+[http]
+listen = "" # the soak speaks the IPC protocol; two soaks may run at once
 )",
                       quantum);
   return text;
