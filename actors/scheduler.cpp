@@ -32,9 +32,6 @@ constexpr std::uint32_t max_step_failures = 3;
 /// shortest findable prefix and the index's size (one key per 16 tokens).
 constexpr std::uint32_t reuse_block_tokens = 16;
 
-/// The owner of every entry when reuse is widened to all users (uids are 32-bit).
-constexpr std::uint64_t shared_owner = ~std::uint64_t{0};
-
 /// Stands for "a retained entry" in the owners the slot planner sees.
 constexpr seq_id retained_owner = 0;
 
@@ -73,6 +70,7 @@ struct sequence {
   std::uint32_t step_failures = 0;
   std::uint32_t preemptions = 0;
   std::uint32_t reuse_len = 0; ///< loading a retained snapshot: roll back to this length
+  std::uint32_t reused = 0;    ///< positions its last admission took from retained KV
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
 
   explicit sequence(const submission& s)
@@ -308,6 +306,7 @@ public:
         if (done.job.keep_snapshot) {
           ++st_.stats.reuse_hits;
           st_.stats.reused_tokens += s->reuse_len;
+          s->reused = s->reuse_len;
         }
       }
       s->reuse_len = 0;
@@ -413,6 +412,52 @@ public:
     out.retained = static_cast<std::uint32_t>(st_.retained.size());
     for (auto& w : st_.warm)
       out.retained_warm += w.has_value();
+    for (const auto id : st_.retained.ids()) {
+      const auto info = describe_retained(*st_.retained.find(id), clock::time_point{});
+      if (info.stored) {
+        ++out.retained_stored;
+        out.retained_store_bytes += info.bytes;
+      } else {
+        out.retained_warm_bytes += info.bytes;
+      }
+    }
+    return out;
+  }
+
+  // -- retained KV for the admin (kvlane cache ls / drop) ------------------------
+
+  std::vector<retained_info> list_retained() const {
+    std::vector<retained_info> out;
+    const auto now = clock::now();
+    for (const auto id : st_.retained.ids())
+      out.push_back(describe_retained(*st_.retained.find(id), now));
+    return out;
+  }
+
+  /// Removes the selected entries and frees what they hold. Slots free at
+  /// once, except those being dumped (freed, with their snapshot, when the
+  /// dump ends).
+  retained_drop_result drop_retained(const retained_drop_request& req) {
+    retained_drop_result out;
+    const auto ids = req.id ? std::vector<retained_id>{*req.id} : st_.retained.ids();
+    for (const auto id : ids) {
+      auto e = st_.retained.erase(id);
+      if (!e)
+        continue;
+      ++out.entries;
+      out.tokens += e->kv_len;
+      out.slots += e->slot && !e->dumping;
+      if (e->snapshot) {
+        ++out.snapshots;
+        out.store_bytes += store_bytes_of(e->kv_len);
+      }
+      discard(e->slot, e->snapshot, e->dumping);
+      ++st_.stats.retained_admin_dropped;
+    }
+    if (out.entries > 0)
+      st_.log->info("model '{}': dropped {} retained entries on request ({} slots, {} snapshots, "
+                    "{} store bytes)",
+                    st_.setup.model, out.entries, out.slots, out.snapshots, out.store_bytes);
     return out;
   }
 
@@ -477,6 +522,7 @@ private:
     end.prompt_tokens = s.prompt_len;
     end.generated_tokens = s.generated;
     end.preemptions = s.preemptions;
+    end.cached_tokens = std::min(s.reused, s.prompt_len);
     self_->send(s.session, end_atom::value, std::move(end));
     s.session = {};
   }
@@ -530,6 +576,7 @@ private:
                                         slot, {}, clock::now(), dropped);
     for (const auto& d : dropped)
       discard(d.slot, d.snapshot, d.dumping);
+    st_.stats.retained_superseded += dropped.size();
     release_slot(s);
     if (id)
       st_.warm[slot] = *id;
@@ -543,6 +590,32 @@ private:
       (void)st_.setup.store->free(*snapshot);
     if (slot && !dumping)
       st_.warm[*slot].reset();
+  }
+
+  /// Store bytes a snapshot of `kv_len` positions is charged (the store
+  /// rounds every reservation up to its granularity).
+  std::uint64_t store_bytes_of(std::uint32_t kv_len) const {
+    const auto g = st_.setup.store->granularity();
+    const auto bytes = st_.setup.backend->snapshot_size(kv_len);
+    return (bytes + g - 1) / g * g;
+  }
+
+  /// `now` is only used for the idle time (left 0 for a default `now`).
+  retained_info describe_retained(const retained_entry& e, clock::time_point now) const {
+    retained_info i;
+    i.id = e.id;
+    i.model = st_.setup.model;
+    i.owner = e.scope.owner;
+    i.session = e.session;
+    i.tokens = e.kv_len;
+    i.slot = e.slot ? static_cast<std::int32_t>(*e.slot) : -1;
+    i.stored = e.snapshot.has_value();
+    i.dumping = e.dumping;
+    i.bytes = i.stored ? store_bytes_of(e.kv_len) : st_.setup.backend->snapshot_size(e.kv_len);
+    i.hits = e.hits;
+    if (now != clock::time_point{})
+      i.idle_ms = ms_between(e.last_use, now);
+    return i;
   }
 
   void drop_all_retained() {
@@ -581,6 +654,7 @@ private:
     st_.retained.slot_released(m.entry);
     take_slot(s, slot);
     s.kv_len = m.length;
+    s.reused = m.length;
     ++st_.stats.reuse_hits;
     ++st_.stats.reuse_warm_hits;
     st_.stats.reused_tokens += m.length;
@@ -921,6 +995,7 @@ private:
     take_slot(s, slot);
     if (s.state == kv_state::queued) {
       s.kv_len = 0;
+      s.reused = 0;
       if (reuse_retained(s))
         return;
       set_state(s, kv_state::resident); // prefill (or recompute) from position 0
@@ -1102,6 +1177,18 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
       scheduler_logic logic{self};
       logic.catch_up();
       return std::make_shared<const std::vector<sequence_info>>(logic.list());
+    },
+    [self](cache_list_atom) -> retained_list_ptr {
+      scheduler_logic logic{self};
+      logic.catch_up();
+      return std::make_shared<const std::vector<retained_info>>(logic.list_retained());
+    },
+    [self](cache_drop_atom, retained_drop_request req) -> retained_drop_result {
+      scheduler_logic logic{self};
+      logic.catch_up();
+      auto freed = logic.drop_retained(req);
+      logic.reschedule(); // freed slots may admit waiting sequences
+      return freed;
     },
     [self](shutdown_atom, std::string why) -> bool {
       scheduler_logic logic{self};

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 namespace kvlane::daemon {
 
@@ -172,6 +173,52 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
   per_scheduler("kvlane_backend_failures_total", "counter", "Failed step, dump and load calls.",
                 [](auto& s) { return s.step_failures + s.dump_failures + s.load_failures; });
 
+  w.family("kvlane_retained_entries", "gauge",
+           "Retained conversation KV entries by where their copy is: warm in a slot or in the store.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_retained_entries", model_label(s.model) + ",where=\"slot\"",
+             double(s.retained - s.retained_stored));
+    w.sample("kvlane_retained_entries", model_label(s.model) + ",where=\"store\"",
+             double(s.retained_stored));
+  }
+  w.family("kvlane_retained_bytes", "gauge",
+           "Bytes of retained KV: KV positions held in slots, store bytes charged to stored entries.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_retained_bytes", model_label(s.model) + ",where=\"slot\"",
+             double(s.retained_warm_bytes));
+    w.sample("kvlane_retained_bytes", model_label(s.model) + ",where=\"store\"",
+             double(s.retained_store_bytes));
+  }
+  w.family("kvlane_reuse_total", "counter",
+           "Prompts that matched retained KV: served from a warm slot, by a snapshot load, or "
+           "prefilled anyway because the cost model preferred recomputing to loading.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_reuse_total", model_label(s.model) + ",outcome=\"warm\"",
+             double(s.reuse_warm_hits));
+    w.sample("kvlane_reuse_total", model_label(s.model) + ",outcome=\"load\"",
+             double(s.reuse_hits - s.reuse_warm_hits));
+    w.sample("kvlane_reuse_total", model_label(s.model) + ",outcome=\"recompute\"",
+             double(s.reuse_recomputed));
+  }
+  per_scheduler("kvlane_reused_tokens_total", "counter",
+                "Prompt tokens served from retained KV instead of prefilled (prefill tokens saved).",
+                [](auto& s) { return s.reused_tokens; });
+  per_scheduler("kvlane_prefill_tokens_total", "counter", "Tokens prefilled (prompts and recomputes).",
+                [](auto& s) { return s.prefill_tokens; });
+  w.family("kvlane_retained_evictions_total", "counter",
+           "Retained KV given up, by reason: slot (a warm copy dropped to free its slot), store "
+           "(a stored copy evicted or lost), ttl (idle too long), superseded (a longer entry of "
+           "the same conversation replaced it), admin (kvlane cache drop).");
+  for (auto& s : schedulers) {
+    const std::pair<const char*, std::uint64_t> reasons[] = {
+      {"slot", s.retained_dropped},          {"store", s.retained_lost},
+      {"ttl", s.retained_expired},           {"superseded", s.retained_superseded},
+      {"admin", s.retained_admin_dropped}};
+    for (auto& [reason, n] : reasons)
+      w.sample("kvlane_retained_evictions_total",
+               fmt::format("{},reason=\"{}\"", model_label(s.model), reason), double(n));
+  }
+
   w.family("kvlane_store_bytes", "gauge", "Snapshot store bytes: used (reserved) and committed.");
   w.sample("kvlane_store_bytes", "state=\"used\"", double(store.used_bytes));
   w.sample("kvlane_store_bytes", "state=\"committed\"", double(store.committed_bytes));
@@ -181,6 +228,21 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
   w.sample("kvlane_store_snapshots", "", double(store.snapshots));
   w.family("kvlane_store_evictions_total", "counter", "Snapshots evicted to make room.");
   w.sample("kvlane_store_evictions_total", "", double(store.evictions));
+  w.family("kvlane_store_evictions_by_class_total", "counter",
+           "Snapshots evicted by class and reason: parked (a preempted sequence, which then "
+           "recomputes) or retained (conversation KV); pressure (the limit or a model's cap) or "
+           "retained_share (the retained share was full).");
+  w.sample("kvlane_store_evictions_by_class_total", "class=\"parked\",reason=\"pressure\"",
+           double(store.parked_evictions));
+  w.sample("kvlane_store_evictions_by_class_total", "class=\"retained\",reason=\"pressure\"",
+           double(store.retained_evictions - store.retained_share_evictions));
+  w.sample("kvlane_store_evictions_by_class_total",
+           "class=\"retained\",reason=\"retained_share\"", double(store.retained_share_evictions));
+  w.family("kvlane_store_retained_bytes", "gauge", "Store bytes held by retained snapshots.");
+  w.sample("kvlane_store_retained_bytes", "", double(store.retained_bytes));
+  w.family("kvlane_store_retained_limit_bytes", "gauge",
+           "Most store bytes retained snapshots may hold ([reuse] store_share of the limit).");
+  w.sample("kvlane_store_retained_limit_bytes", "", double(store.retained_limit_bytes));
   w.family("kvlane_clients_connected", "gauge", "Client connections.");
   w.sample("kvlane_clients_connected", "", double(clients_connected));
   return w.take();

@@ -1,6 +1,7 @@
 #include "tools/admin_client.hpp"
 
 #include "daemon/app.hpp"
+#include "common/expected.hpp"
 #include "tools/admin_connection.hpp"
 
 #include <fmt/format.h>
@@ -22,8 +23,9 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-constexpr std::array<std::string_view, 9> commands{"status", "ps",     "cancel",  "drain", "resume",
-                                                   "reload", "log-level", "metrics", "top"};
+constexpr std::array<std::string_view, 10> commands{"status", "ps",        "cancel",  "drain",
+                                                    "resume", "reload",    "log-level", "metrics",
+                                                    "top",    "cache"};
 
 constexpr const char* usage_text =
   "usage: kvlane <command> [--socket PATH] [--json] [args]\n"
@@ -35,7 +37,10 @@ constexpr const char* usage_text =
   "  reload                 re-read the configuration and apply what can change live\n"
   "  log-level LOGGER LEVEL set a logger's level (LOGGER '*' = all)\n"
   "  metrics                Prometheus text\n"
-  "  top                    live view, refreshed every second (q or Ctrl-C quits)\n";
+  "  top                    live view, refreshed every second (q or Ctrl-C quits)\n"
+  "  cache ls [--model M]   one line per retained conversation KV entry\n"
+  "  cache drop --all [--model M] | --id ID [--model M]\n"
+  "                         drop retained KV, free its slots and store bytes, print what was freed\n";
 
 int fail(int code, const std::string& message) {
   std::fprintf(stderr, "kvlane: %s\n", message.c_str());
@@ -68,6 +73,26 @@ std::string bar(double fraction, int width) {
   return std::string(full, '#') + std::string(width - full, '.');
 }
 
+std::string retained_summary(const json& m) {
+  return fmt::format("{} entries ({} in slots, {} stored), {} in slots, {} in the store",
+                     m["entries"].get<std::uint64_t>(),
+                     m["entries"].get<std::uint64_t>() - m["stored"].get<std::uint64_t>(),
+                     m["stored"].get<std::uint64_t>(), human_bytes(m["warm_bytes"].get<double>()),
+                     human_bytes(m["store_bytes"].get<double>()));
+}
+
+std::string reuse_line(const json& u) {
+  auto& ev = u["evictions"];
+  return fmt::format("retained {}; hits {} warm, {} load, {} recomputed; {} tokens reused "
+                     "({} prefilled); evicted {} slot, {} store, {} ttl, {} superseded, {} admin",
+                     retained_summary(u), u["hits_warm"].get<std::uint64_t>(),
+                     u["hits_load"].get<std::uint64_t>(), u["recomputed"].get<std::uint64_t>(),
+                     u["reused_tokens"].get<std::uint64_t>(),
+                     u["prefill_tokens"].get<std::uint64_t>(), ev["slot"].get<std::uint64_t>(),
+                     ev["store"].get<std::uint64_t>(), ev["ttl"].get<std::uint64_t>(),
+                     ev["superseded"].get<std::uint64_t>(), ev["admin"].get<std::uint64_t>());
+}
+
 void print_status(const json& r) {
   fmt::print("kvlaned {}  up {}  mode {}  {}  clients {}\n", r["version"].get<std::string>(),
              human_duration(r["uptime_s"].get<double>()), r["mode"].get<std::string>(),
@@ -85,13 +110,19 @@ void print_status(const json& r) {
                m["queued"].get<int>(), m["parked"].get<int>(),
                m["tokens_generated"].get<std::uint64_t>(), m["preemptions"].get<std::uint64_t>(),
                m["swaps"].get<std::uint64_t>(), m["recomputes"].get<std::uint64_t>());
+    fmt::print("      {:<20} {}\n", "", reuse_line(m["reuse"]));
   }
   auto& s = r["store"];
-  fmt::print("store {} used, {} committed of {} ({} snapshots, {} evictions)\n",
+  fmt::print("store {} used, {} committed of {} ({} snapshots, {} evictions: {} parked, {} "
+             "retained of which {} for the retained share); retained {} of {}\n",
              human_bytes(s["used_bytes"].get<double>()),
              human_bytes(s["committed_bytes"].get<double>()),
              human_bytes(s["limit_bytes"].get<double>()), s["snapshots"].get<std::uint64_t>(),
-             s["evictions"].get<std::uint64_t>());
+             s["evictions"].get<std::uint64_t>(), s["parked_evictions"].get<std::uint64_t>(),
+             s["retained_evictions"].get<std::uint64_t>(),
+             s["retained_share_evictions"].get<std::uint64_t>(),
+             human_bytes(s["retained_bytes"].get<double>()),
+             human_bytes(s["retained_limit_bytes"].get<double>()));
 }
 
 void print_ps(const json& r) {
@@ -106,6 +137,73 @@ void print_ps(const json& r) {
                q["tokens_in"].get<std::uint32_t>(), q["tokens_out"].get<std::uint32_t>(),
                human_duration(q["age_s"].get<double>()));
   }
+  for (auto& m : r["retained"])
+    fmt::print("retained {}: {}\n", m["model"].get<std::string>(), retained_summary(m));
+}
+
+void print_cache_ls(const json& r) {
+  fmt::print("{:>6} {:<16} {:<10} {:<16} {:>7} {:<8} {:>10} {:>7} {:>5}\n", "ID", "MODEL", "OWNER",
+             "SESSION", "TOKENS", "WHERE", "BYTES", "IDLE", "HITS");
+  for (auto& e : r["entries"]) {
+    auto where = e["where"] == "store"  ? std::string{"store"}
+                 : e["dumping"].get<bool>() ? fmt::format("slot {}>", e["slot"].get<int>())
+                                            : fmt::format("slot {}", e["slot"].get<int>());
+    auto owner = e["owner"].is_string() ? e["owner"].get<std::string>()
+                                        : std::to_string(e["owner"].get<std::uint64_t>());
+    auto session = e["session"].get<std::string>();
+    fmt::print("{:>6} {:<16.16} {:<10.10} {:<16.16} {:>7} {:<8} {:>10} {:>7} {:>5}\n",
+               e["id"].get<std::uint64_t>(), e["model"].get<std::string>(), owner,
+               session.empty() ? std::string{"-"} : session, e["tokens"].get<std::uint32_t>(),
+               where, human_bytes(e["bytes"].get<double>()),
+               human_duration(e["idle_s"].get<double>()), e["hits"].get<std::uint64_t>());
+  }
+}
+
+void print_cache_drop(const json& r) {
+  fmt::print("dropped {} retained entries ({} tokens): freed {} slots, {} snapshots, {} of the "
+             "store\n",
+             r["entries"].get<std::uint64_t>(), r["tokens"].get<std::uint64_t>(),
+             r["slots"].get<std::uint64_t>(), r["snapshots"].get<std::uint64_t>(),
+             human_bytes(r["store_bytes"].get<double>()));
+  for (auto& m : r["dropped"])
+    if (m["entries"].get<std::uint64_t>() > 0)
+      fmt::print("  {}: {} entries, {} slots, {} snapshots, {}\n", m["model"].get<std::string>(),
+                 m["entries"].get<std::uint64_t>(), m["slots"].get<std::uint64_t>(),
+                 m["snapshots"].get<std::uint64_t>(), human_bytes(m["store_bytes"].get<double>()));
+}
+
+/// `kvlane cache ls|drop ...` as an admin request (`args` without the
+/// global options). A drop takes exactly one selector; a new selector is one
+/// more option below and one more field in the request (docs/admin.md).
+expected<json, std::string> cache_request(const std::vector<std::string>& args) {
+  if (args.empty() || (args[0] != "ls" && args[0] != "drop"))
+    return unexpected(std::string{"cache: expected 'ls' or 'drop'"});
+  const bool drop = args[0] == "drop";
+  json req{{"cmd", drop ? "cache-drop" : "cache-ls"}};
+  int selectors = 0;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string_view a = args[i];
+    const bool has_value = i + 1 < args.size();
+    if (a == "--model" && has_value) {
+      req["model"] = args[++i];
+    } else if (drop && a == "--all") {
+      req["all"] = true;
+      ++selectors;
+    } else if (drop && a == "--id" && has_value) {
+      std::uint64_t id = 0;
+      const auto& v = args[++i];
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), id);
+      if (ec != std::errc{} || p != v.data() + v.size())
+        return unexpected(fmt::format("cache drop: '{}' is not an entry id", v));
+      req["id"] = id;
+      ++selectors;
+    } else {
+      return unexpected(fmt::format("cache {}: unexpected argument '{}'", args[0], a));
+    }
+  }
+  if (drop && selectors != 1)
+    return unexpected(std::string{"cache drop: give exactly one of --all or --id ID"});
+  return req;
 }
 
 // The live view: per-slot state, lanes, tokens/s, store usage.
@@ -164,11 +262,15 @@ int run_top(admin_connection& c) {
                      m["without_slot_interactive"].get<int>(), m["without_slot_batch"].get<int>(),
                      m["queued"].get<int>(), m["parked"].get<int>(),
                      m["swaps"].get<std::uint64_t>(), m["recomputes"].get<std::uint64_t>());
+      fmt::format_to(w, "{:<16} {}\n", "", reuse_line(m["reuse"]));
     }
     auto& s = (*st)["store"];
     double limit = std::max(1.0, s["limit_bytes"].get<double>());
-    fmt::format_to(w, "\nstore [{}] {} committed of {}\n", bar(s["committed_bytes"].get<double>() / limit, 40),
-                   human_bytes(s["committed_bytes"].get<double>()), human_bytes(limit));
+    fmt::format_to(w, "\nstore [{}] {} committed of {}; retained {} of {}\n",
+                   bar(s["committed_bytes"].get<double>() / limit, 40),
+                   human_bytes(s["committed_bytes"].get<double>()), human_bytes(limit),
+                   human_bytes(s["retained_bytes"].get<double>()),
+                   human_bytes(s["retained_limit_bytes"].get<double>()));
     fmt::format_to(w, "slots: I interactive, B batch, L loading, D dumping, · free\n\n");
     std::fwrite(out.data(), 1, out.size(), stdout);
     print_ps(*ps);
@@ -202,6 +304,11 @@ int admin_main(int argc, char** argv) {
     std::string_view a{argv[i]};
     if (a == "--json")
       as_json = true;
+    else if (cmd == "cache" && (a == "--model" || a == "--id") && i + 1 < argc) {
+      args.emplace_back(a);
+      args.emplace_back(argv[++i]);
+    } else if (cmd == "cache" && a == "--all")
+      args.emplace_back(a);
     else if (a == "--no-wait")
       wait = false;
     else if (a == "--socket" && i + 1 < argc)
@@ -232,6 +339,12 @@ int admin_main(int argc, char** argv) {
       req["logger"] = args[0];
       req["level"] = args[1];
     }
+  } else if (cmd == "cache") {
+    auto r = cache_request(args);
+    if (!r)
+      return fail(64, fmt::format("{}\n{}", r.error(), usage_text));
+    req = std::move(*r);
+    want_args = args.size();
   }
   if (args.size() != want_args)
     return fail(64, fmt::format("{}: expected {} argument(s)\n{}", cmd, want_args, usage_text));
@@ -285,6 +398,10 @@ int admin_main(int argc, char** argv) {
     print_ps(*r);
   else if (cmd == "metrics")
     std::fputs((*r)["text"].get<std::string>().c_str(), stdout);
+  else if (req["cmd"] == "cache-ls")
+    print_cache_ls(*r);
+  else if (req["cmd"] == "cache-drop")
+    print_cache_drop(*r);
   else if (cmd == "reload") {
     for (auto& a : (*r)["applied"])
       fmt::print("applied: {}\n", a.get<std::string>());

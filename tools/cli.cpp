@@ -39,6 +39,7 @@ constexpr const char* usage_text =
   "  log-level LOGGER LEVEL\n"
   "  metrics    Prometheus text\n"
   "  top        live view of slots, lanes, tokens/s and store\n"
+  "  cache      retained conversation KV: 'cache ls', 'cache drop --all | --id ID'\n"
   "  probe      measure a backend: step time vs rows/tokens, dump/load time and\n"
   "             bandwidth, and whether transfers overlap compute\n"
   "  tokenize   print the token ids of a text (a model's tokenizer.json)\n"

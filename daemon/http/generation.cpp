@@ -234,6 +234,7 @@ void generation::on_end(const actors::stream_end& end) {
   s.ttft_ms = end.ttft_ms;
   s.total_ms = end.e2e_ms;
   s.preemptions = end.preemptions;
+  s.cached_tokens = end.cached_tokens;
   if (!abandoned_)
     writer_->on_finish(s);
 }

@@ -42,6 +42,7 @@ struct generation_summary {
   double ttft_ms = 0;  ///< submit to the first token
   double total_ms = 0; ///< submit to the end
   std::uint32_t preemptions = 0;
+  std::uint32_t cached_tokens = 0; ///< prompt tokens served from retained KV, not prefilled
 };
 
 class generation_writer {

@@ -18,8 +18,7 @@ json usage_of(const generation_summary& s) {
   return {{"prompt_tokens", s.prompt_tokens},
           {"completion_tokens", s.completion_tokens},
           {"total_tokens", s.prompt_tokens + s.completion_tokens},
-          // Conversation reuse does not exist yet: no prompt token is served from a cache.
-          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+          {"prompt_tokens_details", {{"cached_tokens", s.cached_tokens}}}};
 }
 
 json timings_of(const generation_summary& s) {

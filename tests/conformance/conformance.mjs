@@ -57,6 +57,19 @@ check("chat completion, streaming with usage, equals the non-streamed text", asy
   assert.equal(usage.completion_tokens, 10);
 });
 
+check("a repeated prompt reports the reused prefix in cached_tokens", async () => {
+  const body = {
+    model, max_tokens: 4, temperature: 0,
+    messages: [{ role: "system", content: "You answer in riddles. ".repeat(8) },
+               { role: "user", content: "Where does the river go?" }],
+  };
+  const first = await openai.chat.completions.create(body);
+  assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
+  const again = await openai.chat.completions.create(body);
+  // Every prompt token but the last (whose logits give the first new token) is reused.
+  assert.equal(again.usage.prompt_tokens_details.cached_tokens, again.usage.prompt_tokens - 1);
+});
+
 check("text completion, streaming and not", async () => {
   const r = await openai.completions.create({ model, prompt: "Once upon", max_tokens: 5, temperature: 0 });
   assert.equal(r.choices[0].finish_reason, "length");
