@@ -412,8 +412,9 @@ public:
     out.retained = static_cast<std::uint32_t>(st_.retained.size());
     for (auto& w : st_.warm)
       out.retained_warm += w.has_value();
+    const auto now = clock::now();
     for (const auto id : st_.retained.ids()) {
-      const auto info = describe_retained(*st_.retained.find(id), clock::time_point{});
+      const auto info = describe_retained(*st_.retained.find(id), now);
       if (info.stored) {
         ++out.retained_stored;
         out.retained_store_bytes += info.bytes;
@@ -600,7 +601,6 @@ private:
     return (bytes + g - 1) / g * g;
   }
 
-  /// `now` is only used for the idle time (left 0 for a default `now`).
   retained_info describe_retained(const retained_entry& e, clock::time_point now) const {
     retained_info i;
     i.id = e.id;
@@ -613,8 +613,7 @@ private:
     i.dumping = e.dumping;
     i.bytes = i.stored ? store_bytes_of(e.kv_len) : st_.setup.backend->snapshot_size(e.kv_len);
     i.hits = e.hits;
-    if (now != clock::time_point{})
-      i.idle_ms = ms_between(e.last_use, now);
+    i.idle_ms = ms_between(e.last_use, now);
     return i;
   }
 
