@@ -146,6 +146,10 @@ using retained_list_ptr = std::shared_ptr<const std::vector<retained_info>>;
 /// The owner of a retained entry when reuse is widened to every user.
 inline constexpr std::uint64_t shared_owner = ~std::uint64_t{0};
 
+/// The owner of requests that come without a peer uid (the HTTP API): they
+/// reuse each other's KV, never a local user's (uids are 32-bit).
+inline constexpr std::uint64_t http_owner = std::uint64_t{1} << 32;
+
 /// Replies with every retained entry of the model, by id.
 using cache_list_atom = caf::atom_constant<caf::atom("cachels")>;
 

@@ -182,7 +182,9 @@ json cache_ls(const json& req, const admin_services& s) {
   for (auto& e : *entries)
     out.push_back({{"id", e.id},
                    {"model", e.model},
-                   {"owner", e.owner == actors::shared_owner ? json("all") : json(e.owner)},
+                   {"owner", e.owner == actors::shared_owner ? json("all")
+                             : e.owner == actors::http_owner  ? json("http")
+                                                              : json(e.owner)},
                    {"session", e.session},
                    {"tokens", e.tokens},
                    {"where", e.stored ? "store" : "slot"},

@@ -151,6 +151,9 @@ generation::start(service& svc, generation_request req, std::string client,
 
   actors::submit_request sub;
   sub.model = m->name;
+  // HTTP users cannot be told apart (the API key is the boundary): they share
+  // one reuse scope, apart from every local user's.
+  sub.owner = actors::http_owner;
   sub.client = req.session.empty() ? std::move(client) : "http:" + req.session;
   sub.priority = req.priority;
   sub.sampling.temperature = req.temperature;

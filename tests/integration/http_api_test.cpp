@@ -601,6 +601,7 @@ TEST_CASE("http api: kvlane cache ls lists retained KV and cache drop frees its 
   REQUIRE(ls["entries"].size() == 2);
   const auto& stored = ls["entries"][0];
   CHECK(stored["model"] == "tiny");
+  CHECK(stored["owner"] == "http");
   CHECK(stored["where"] == "store");
   CHECK(stored["tokens"] == 60 + 8 - 1);
   CHECK(stored["bytes"].get<std::uint64_t>() > 0);
@@ -640,4 +641,21 @@ TEST_CASE("http api: kvlane cache ls lists retained KV and cache drop frees its 
         == 64);
   CHECK(spawn(KVLANE_CLI_PATH, {"cache", "drop", "--id", "999", "--socket", sock}).wait_exit(30s)
         == 1);
+}
+
+TEST_CASE("http api: an HTTP request never reuses the KV a local user's request left") {
+  http_fixture d{one_slot_config};
+  const std::string prompt(80, 'p');
+  auto run = spawn(KVLANE_CLI_PATH, {"run", "--socket", d.run_dir + "/kvlane.sock", "--model", "tiny",
+                                     "--max-tokens", "4", prompt});
+  REQUIRE(run.wait_exit(30s) == 0);
+  const json body{{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}};
+  auto first = d.post_json("/v1/completions", body);
+  CHECK(cached_of(first) == 0);
+  auto second = d.post_json("/v1/completions", body);
+  CHECK(cached_of(second) == second["usage"]["prompt_tokens"].get<std::uint64_t>() - 1);
+  const auto ls = json::parse(d.cli({"cache", "ls", "--json"}));
+  REQUIRE(ls["entries"].size() == 2);
+  CHECK(ls["entries"][0]["owner"] == getuid());
+  CHECK(ls["entries"][1]["owner"] == "http");
 }
