@@ -1,7 +1,7 @@
 #include "tools/admin_client.hpp"
 
-#include "daemon/app.hpp"
 #include "common/expected.hpp"
+#include "daemon/app.hpp"
 #include "tools/admin_connection.hpp"
 
 #include <fmt/format.h>
@@ -75,8 +75,7 @@ std::string bar(double fraction, int width) {
 
 std::string retained_summary(const json& m) {
   return fmt::format("{} entries ({} in slots, {} stored), {} in slots, {} in the store",
-                     m["entries"].get<std::uint64_t>(),
-                     m["entries"].get<std::uint64_t>() - m["stored"].get<std::uint64_t>(),
+                     m["entries"].get<std::uint64_t>(), m["warm"].get<std::uint64_t>(),
                      m["stored"].get<std::uint64_t>(), human_bytes(m["warm_bytes"].get<double>()),
                      human_bytes(m["store_bytes"].get<double>()));
 }
