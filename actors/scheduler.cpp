@@ -440,11 +440,10 @@ public:
   /// dump ends).
   retained_drop_result drop_retained(const retained_drop_request& req) {
     retained_drop_result out;
-    const auto ids = req.id ? std::vector<retained_id>{*req.id} : st_.retained.ids();
-    for (const auto id : ids) {
-      auto e = st_.retained.erase(id);
-      if (!e)
+    for (const auto id : st_.retained.ids()) {
+      if (!selected_by(req, *st_.retained.find(id)))
         continue;
+      auto e = st_.retained.erase(id);
       ++out.entries;
       out.tokens += e->kv_len;
       out.slots += e->slot && !e->dumping;
@@ -591,6 +590,11 @@ private:
       (void)st_.setup.store->free(*snapshot);
     if (slot && !dumping)
       st_.warm[*slot].reset();
+  }
+
+  /// Whether a drop request covers `e`: every selector that is set matches.
+  static bool selected_by(const retained_drop_request& req, const retained_entry& e) {
+    return !req.id || *req.id == e.id;
   }
 
   /// Store bytes a snapshot of `kv_len` positions is charged (the store

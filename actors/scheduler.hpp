@@ -153,8 +153,8 @@ inline constexpr std::uint64_t http_owner = std::uint64_t{1} << 32;
 /// Replies with every retained entry of the model, by id.
 using cache_list_atom = caf::atom_constant<caf::atom("cachels")>;
 
-/// Which retained entries `kvlane cache drop` removes. One selector is set;
-/// none set means every entry of the model.
+/// Which retained entries `kvlane cache drop` removes: those that every set
+/// selector matches (none set: every entry of the model).
 struct retained_drop_request {
   std::optional<std::uint64_t> id;
 };
