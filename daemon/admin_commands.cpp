@@ -151,14 +151,14 @@ json ps(const admin_services& s) {
                     {"preemptions", q.preemptions},
                     {"slot", q.slot},
                     {"age_s", q.age_ms / 1000}});
-  // Per model retained KV, from the figures the engine's monitor refreshes
-  // every 100 ms: ps stays one round trip to each scheduler (the list).
+  // Per model retained KV, as fresh as the list (a model that does not
+  // answer in time is left out rather than failing the whole listing).
   json retained = json::array();
   for (auto& m : s.engine->models()) {
-    const auto cached = s.engine->cached_stats(m.name);
-    if (!cached)
-      continue; // before the first refresh
-    const auto& st = *cached;
+    const auto fresh = s.engine->stats(m.name);
+    if (!fresh)
+      continue;
+    const auto& st = *fresh;
     retained.push_back({{"model", st.model},
                         {"entries", st.retained},
                         {"warm", st.retained_warm},

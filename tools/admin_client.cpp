@@ -217,6 +217,9 @@ int run_top(admin_connection& c) {
     auto ps = c.ask({{"cmd", "ps"}}, reply_timeout);
     if (!ps)
       return fail(2, ps.error().message);
+    auto cache = c.ask({{"cmd", "cache-ls"}}, reply_timeout);
+    if (!cache)
+      return fail(2, cache.error().message);
     if (st->contains("error"))
       return fail(1, (*st)["error"]["message"].get<std::string>());
     std::uint64_t tokens = 0;
@@ -239,6 +242,11 @@ int run_top(admin_connection& c) {
       auto name = m["name"].get<std::string>();
       int slots = m["slots"].get<int>();
       std::vector<std::string> cells(static_cast<std::size_t>(slots), "·");
+      for (auto& e : cache->value("entries", json::array())) {
+        auto slot = e["slot"].get<int>();
+        if (e["model"] == name && slot >= 0 && slot < slots)
+          cells[static_cast<std::size_t>(slot)] = "w";
+      }
       for (auto& q : (*ps)["sequences"]) {
         auto slot = q["slot"].get<int>();
         if (q["model"] != name || slot < 0 || slot >= slots)
@@ -270,7 +278,7 @@ int run_top(admin_connection& c) {
                    human_bytes(s["committed_bytes"].get<double>()), human_bytes(limit),
                    human_bytes(s["retained_bytes"].get<double>()),
                    human_bytes(s["retained_limit_bytes"].get<double>()));
-    fmt::format_to(w, "slots: I interactive, B batch, L loading, D dumping, · free\n\n");
+    fmt::format_to(w, "slots: I interactive, B batch, L loading, D dumping, w retained KV, · free\n\n");
     std::fwrite(out.data(), 1, out.size(), stdout);
     print_ps(*ps);
     std::fflush(stdout);
