@@ -170,6 +170,12 @@ TEST_CASE("admin: cache-ls lists retained KV, metrics count its reuse, cache-dro
   CHECK(reuse["hits_warm"] == 1);
   CHECK(reuse["reused_tokens"] == 39);
   CHECK(reuse["evictions"]["superseded"] == 0);
+  const auto ps = sut.ask(R"({"cmd":"ps"})");
+  REQUIRE(ps["retained"].size() == 1);
+  CHECK(ps["retained"][0]["model"] == "tiny");
+  CHECK(ps["retained"][0]["entries"] == 1);
+  CHECK(ps["retained"][0]["warm"] == 1);
+  CHECK(ps["retained"][0]["warm_bytes"] == e["bytes"]);
 
   const auto text = sut.ask(R"({"cmd":"metrics"})")["text"].get<std::string>();
   CHECK(text.find("# HELP kvlane_reuse_total ") != std::string::npos);
