@@ -177,11 +177,11 @@ TEST_CASE("step faults: while the device fails every step admission stops and no
   // step fails, is retried, fails row by row: the device is failing.
   sut.sim().inject(backends::sim_op::step, {.fail_rate = 1.0});
   auto running = submit_all(*sut.engine, first);
-  REQUIRE(wait_for_stats(sut, [](auto& st) { return st.device == device_health::failing; }));
+  REQUIRE(wait_for_stats(sut, [](const auto& st) { return st.device == device_health::failing; }));
   auto queued = submit_all(*sut.engine, later);
   // Several more probes fail while the new requests wait.
   const auto backoffs = sut.stats().faults.backoffs;
-  REQUIRE(wait_for_stats(sut, [&](auto& st) { return st.faults.backoffs >= backoffs + 3; }));
+  REQUIRE(wait_for_stats(sut, [&](const auto& st) { return st.faults.backoffs >= backoffs + 3; }));
   auto st = sut.stats();
   CHECK(st.device == device_health::failing);
   CHECK(st.device_backoff_ms > 0);

@@ -570,7 +570,7 @@ TEST_CASE("config: out-of-range values are errors naming key, line and the allow
     {"[scheduler.faults]\nstep_retries = 17\n", "scheduler.faults.step_retries", "between 0 and 16"},
     {"[scheduler.faults]\nbackoff_initial_ms = 0\n", "scheduler.faults.backoff_initial_ms",
      "between 1 and 60000"},
-    {"[scheduler.faults]\nbackoff_initial_ms = 100\nbackoff_max_ms = 50\n",
+    {"[scheduler.faults]\nbackoff_max_ms = 50\nbackoff_initial_ms = 100\n",
      "scheduler.faults.backoff_max_ms", "must be >= backoff_initial_ms (100) (got 50)"},
     {"[scheduler.faults]\nretries = 1\n", "scheduler.faults.retries", "unknown"},
     {"[model.sim.faults.step]\nfail_token = -2\n", "model[0].sim.faults.step.fail_token",
