@@ -87,7 +87,8 @@ void print_device(const json& m) {
     return;
   std::string wait;
   if (state == "failing")
-    wait = fmt::format(", admission paused, next step in {:.0f} ms", d.value("backoff_ms", 0.0));
+    wait = fmt::format(", admission paused, backing off {:.0f} ms between steps",
+                       d.value("backoff_ms", 0.0));
   else if (state == "degraded")
     wait = ", admission paused while the failed step is retried";
   fmt::print("  device {}{}  (failed steps {}, retries {}, rows run alone {}, faulty rows {}, "
