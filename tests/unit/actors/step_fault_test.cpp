@@ -76,8 +76,9 @@ std::vector<result> solo_results(const std::vector<actors::submit_request>& reqs
 }
 
 /// Fast fault knobs: one retry, one recompute, backoff 1..4 ms.
-actors::engine_config fault_config(std::uint32_t slots, std::uint32_t give_up_steps) {
-  auto cfg = test::small_config(scheduler_mode::overlap, slots);
+actors::engine_config fault_config(std::uint32_t slots, std::uint32_t give_up_steps,
+                                   scheduler_mode mode = scheduler_mode::overlap) {
+  auto cfg = test::small_config(mode, slots);
   cfg.scheduler.faults.step_retries = 1;
   cfg.scheduler.faults.row_recomputes = 1;
   cfg.scheduler.faults.backoff_initial_ms = 1;
@@ -103,42 +104,46 @@ bool wait_for_stats(engine_fixture& f, Pred pred, std::chrono::seconds timeout =
 } // namespace
 
 TEST_CASE("step faults: a row that always fails among 4 resident streams ends only its own "
-          "sequence, after one recompute, and the other 3 equal their solo streams") {
+          "sequence, after one recompute, and the other 3 equal their solo streams, in every "
+          "mode") {
   auto reqs = greedy(4);
   reqs[2].prompt_tokens.insert(reqs[2].prompt_tokens.begin() + 5, poison);
   auto solo = solo_results({reqs[0], reqs[1], reqs[3]});
 
-  engine_fixture sut{fault_config(5, 0)}; // 4 slots for sequences + 1 spare
-  sut.sim().inject(backends::sim_op::step, {.fail_token = poison});
-  auto got = collect_all(submit_all(*sut.engine, reqs));
+  for (auto mode : actors::all_scheduler_modes) {
+    CAPTURE(actors::to_string(mode));
+    engine_fixture sut{fault_config(5, 0, mode)}; // 4 slots for sequences + 1 spare
+    sut.sim().inject(backends::sim_op::step, {.fail_token = poison});
+    auto got = collect_all(submit_all(*sut.engine, reqs));
 
-  for (std::size_t i : {0u, 1u, 3u}) {
-    CAPTURE(i);
-    const auto& want = solo[i == 3 ? 2 : i];
-    CHECK(got[i].end.reason == want.end.reason);
-    CHECK(got[i].tokens == want.tokens);
-  }
-  CHECK(got[2].end.reason == end_reason::error);
-  CHECK(got[2].tokens.empty());
-  CHECK(got[2].end.message.find("failed this request's step row 2 times when it ran alone")
-        != std::string::npos);
-  CHECK(got[2].end.message.find("carrying token 35") != std::string::npos);
-  // Resident, dropped to recompute, resident again, ended.
-  const auto phases = sut.log.phases(got[2].id);
-  CHECK(std::count(phases.begin(), phases.end(), seq_phase::resident) == 2);
-  for (std::size_t i : {0u, 1u, 3u}) {
-    const auto p = sut.log.phases(got[i].id);
-    CHECK(std::count(p.begin(), p.end(), seq_phase::queued) == 1); // at submit only
-  }
+    for (std::size_t i : {0u, 1u, 3u}) {
+      CAPTURE(i);
+      const auto& want = solo[i == 3 ? 2 : i];
+      CHECK(got[i].end.reason == want.end.reason);
+      CHECK(got[i].tokens == want.tokens);
+    }
+    CHECK(got[2].end.reason == end_reason::error);
+    CHECK(got[2].tokens.empty());
+    CHECK(got[2].end.message.find("failed this request's step row 2 times when it ran alone")
+          != std::string::npos);
+    CHECK(got[2].end.message.find("carrying token 35") != std::string::npos);
+    // Resident, dropped to recompute, resident again, ended.
+    const auto phases = sut.log.phases(got[2].id);
+    CHECK(std::count(phases.begin(), phases.end(), seq_phase::resident) == 2);
+    for (std::size_t i : {0u, 1u, 3u}) {
+      const auto p = sut.log.phases(got[i].id);
+      CHECK(std::count(p.begin(), p.end(), seq_phase::queued) == 1); // at submit only
+    }
 
-  auto st = sut.stats();
-  CHECK(st.failed == 1);
-  CHECK(st.finished == 3);
-  CHECK(st.faults.row_faults == 2);
-  CHECK(st.faults.isolated_rows >= 4);
-  CHECK(st.faults.backoffs == 0);
-  CHECK(st.device == device_health::healthy);
-  sut.check_nothing_leaked();
+    auto st = sut.stats();
+    CHECK(st.failed == 1);
+    CHECK(st.finished == 3);
+    CHECK(st.faults.row_faults == 2);
+    CHECK(st.faults.isolated_rows >= 4);
+    CHECK(st.faults.backoffs == 0);
+    CHECK(st.device == device_health::healthy);
+    sut.check_nothing_leaked();
+  }
 }
 
 TEST_CASE("step faults: a transient single failure is retried without ending or recomputing "
