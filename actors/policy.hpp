@@ -7,6 +7,8 @@
 // type; tools and tests build it directly. docs/scheduling.md explains each
 // knob, docs/config.md their ranges.
 
+#include "actors/fault_policy.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -83,6 +85,7 @@ struct scheduler_policy {
   std::uint32_t max_step_tokens = 512; ///< tokens per step (decodes always run; prefill fills up)
   std::uint32_t aging_steps = 2048;    ///< steps waited before a sequence returns to level 0; 0 = never
   double ewma_alpha = 0.2;             ///< weight of a new sample in the cost model
+  fault_knobs faults;                  ///< what a failed step leads to (actors/fault_policy)
 
   friend bool operator==(const scheduler_policy&, const scheduler_policy&) = default;
 };

@@ -2,6 +2,7 @@
 
 #include "actors/cost_model.hpp"
 #include "actors/exception_handler.hpp"
+#include "actors/fault_policy.hpp"
 #include "actors/lane.hpp"
 #include "actors/mlfq_policy.hpp"
 #include "actors/overlap_meter.hpp"
@@ -25,8 +26,6 @@ namespace {
 using clock = std::chrono::steady_clock;
 using actors::scheduler_mode;
 
-constexpr std::uint32_t max_step_failures = 3;
-
 /// Token block of the prefix index: matches are exact to the token (the index
 /// extends them past the last full block), so the block only sets the
 /// shortest findable prefix and the index's size (one key per 16 tokens).
@@ -37,6 +36,9 @@ constexpr seq_id retained_owner = 0;
 
 /// The scheduler's note to itself: plan the submits that arrived in a burst.
 using replan_atom = caf::atom_constant<caf::atom("replan")>;
+
+/// The scheduler's timer while the device is failing: the backoff is over.
+using probe_atom = caf::atom_constant<caf::atom("probe")>;
 
 
 seq_phase phase_of(kv_state s) {
@@ -67,7 +69,6 @@ struct sequence {
   bool in_step = false;
   bool cancelled = false; ///< cancel arrived while a lane works on it
   mlfq_position position;
-  std::uint32_t step_failures = 0;
   std::uint32_t preemptions = 0;
   std::uint32_t reuse_len = 0; ///< loading a retained snapshot: roll back to this length
   std::uint32_t reused = 0;    ///< positions its last admission took from retained KV
@@ -108,6 +109,10 @@ struct scheduler_state {
   bool plan_stale = false;    ///< submits arrived since the last plan
 
   overlap_meter overlap; ///< how much transfer time the steps hid
+
+  fault_policy faults;            ///< what failed steps lead to (actors/fault_policy)
+  bool probe_timer_armed = false; ///< a probe_atom is on its way
+  std::string last_step_error;    ///< the backend's message for the last failed step
 
   reuse_policy reuse;
   retention retained{reuse_block_tokens, 1};
@@ -175,27 +180,7 @@ public:
     const double ms = ms_between(done.start, done.end);
     auto& plan = *done.plan;
     if (done.error) {
-      ++st_.stats.step_failures;
-      st_.log->warn("model '{}': step {} with {} rows failed: {} ({})", st_.setup.model,
-                    plan.number, plan.seqs.size(), done.error->message,
-                    backends::to_string(done.error->code));
-      // The backend advanced no slot: the same rows can run again.
-      for (auto id : plan.seqs) {
-        auto* s = find(id);
-        if (!s)
-          continue;
-        s->in_step = false;
-        if (s->cancelled) {
-          release_slot(*s);
-          finish(*s, end_reason::cancelled, "cancelled");
-        } else if (++s->step_failures >= max_step_failures) {
-          release_slot(*s);
-          finish(*s, end_reason::error,
-                 fmt::format("the NPU failed {} steps in a row: {}", s->step_failures,
-                             done.error->message));
-        }
-      }
-      schedule();
+      on_step_failed(plan, *done.error);
       return;
     }
 
@@ -207,12 +192,16 @@ public:
     st_.stats.step_busy_ms += ms;
     st_.overlap.add_step(done.start, done.end);
 
+    // Before the rows are processed: a row that ends below must not end the
+    // fault policy's isolation round as if it had not run.
+    const auto before = st_.faults.health();
+    auto verdict = st_.faults.step_succeeded(plan.seqs, clock::now());
+    note_health(before);
     for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
       auto* s = find(plan.seqs[i]);
       if (!s)
         continue;
       s->in_step = false;
-      s->step_failures = 0;
       s->kv_len += static_cast<std::uint32_t>(plan.rows[i].tokens.size());
       if (s->cancelled) {
         release_slot(*s);
@@ -237,7 +226,13 @@ public:
         finish(*s, end_reason::length, {});
       }
     }
+    apply_fault_actions(verdict);
     age_waiting();
+    schedule();
+  }
+
+  void on_probe() {
+    st_.probe_timer_armed = false;
     schedule();
   }
 
@@ -409,6 +404,9 @@ public:
     out.step_per_token_ms = st_.costs.step_per_token_ms().value_or(0);
     out.dump_ms = st_.costs.dump_ms(full).value_or(0);
     out.load_ms = st_.costs.load_ms(full).value_or(0);
+    out.device = st_.faults.health();
+    out.device_backoff_ms = static_cast<double>(st_.faults.backoff().count());
+    out.faults = st_.faults.counters();
     out.retained = static_cast<std::uint32_t>(st_.retained.size());
     for (auto& w : st_.warm)
       out.retained_warm += w.has_value();
@@ -535,7 +533,9 @@ private:
     }
     finish_stream(s, reason, std::move(message));
     notify(s, seq_phase::ended);
-    st_.seqs.erase(s.id); // `s` dies here
+    const auto id = s.id;
+    st_.seqs.erase(id); // `s` dies here
+    forget_faults_of(id);
   }
 
   void take_slot(sequence& s, slot_id slot) {
@@ -854,10 +854,17 @@ private:
 
   // -- the planner -----------------------------------------------------------------
 
+  // While a step fault is being handled nothing is admitted or preempted
+  // (the rows under retry or isolation keep their slots); a failing device
+  // with no resident sequence admits one, for the probe step.
   void schedule() {
     st_.plan_stale = false;
-    if (!st_.shutting_down)
-      plan_slots();
+    if (!st_.shutting_down) {
+      if (st_.faults.admits())
+        plan_slots();
+      else if (probe_needs_a_sequence())
+        plan_slots(1);
+    }
     maybe_step();
   }
 
@@ -906,9 +913,12 @@ private:
     scheduler_logic& logic_;
   };
 
-  void plan_slots() {
+  /// Plans slots for the `limit` best ranked sequences (0: all).
+  void plan_slots(std::size_t limit = 0) {
     expire_idle();
     auto order = ranked();
+    if (limit != 0 && order.size() > limit)
+      order.resize(limit);
     take_warm_hits(order);
     reclaim_warm(order);
     std::vector<slot_candidate> candidates;
@@ -1042,12 +1052,32 @@ private:
   void maybe_step() {
     if (st_.step_in_flight)
       return;
+    const auto now = clock::now();
+    const auto next = st_.faults.next(now);
+    if (next.what == next_step::kind::wait) {
+      arm_probe_timer(next.until - now);
+      return;
+    }
+    // A retry runs the failed step's rows again, an isolation step one of them.
+    const bool only_listed = next.what != next_step::kind::compose;
     std::vector<step_candidate> candidates;
     for (auto& [id, s] : st_.seqs) {
       if (s->state != kv_state::resident || s->cancelled || s->in_step)
         continue;
+      if (only_listed && std::find(next.rows.begin(), next.rows.end(), id) == next.rows.end())
+        continue;
       candidates.push_back(
         {id, &s->position, s->kv_len, static_cast<std::uint32_t>(s->tokens.size())});
+    }
+    if (only_listed && candidates.empty()) {
+      // Every sequence that leaves its slot is forgotten by the policy, so
+      // this cannot happen; if it does, end the episode rather than stall.
+      st_.log->error("model '{}': the rows to {} are not resident; resuming normal steps",
+                     st_.setup.model, next.what == next_step::kind::retry ? "retry" : "isolate");
+      for (auto id : next.rows)
+        apply_fault_actions(st_.faults.forget(id, now));
+      maybe_step();
+      return;
     }
     auto rows = compose_step(candidates, {st_.max_step_tokens, st_.info.max_prefill_chunk});
     if (rows.empty())
@@ -1085,6 +1115,96 @@ private:
         });
   }
 
+  // -- step faults (actors/fault_policy, docs/scheduling.md "Failures") --------
+
+  void on_step_failed(const step_plan& plan, const backends::backend_error& error) {
+    ++st_.stats.step_failures;
+    st_.last_step_error = error.message;
+    const auto before = st_.faults.health();
+    auto actions = st_.faults.step_failed(plan.seqs, clock::now());
+    st_.log->warn("model '{}': step {} with {} rows failed: {} ({}); device {}", st_.setup.model,
+                  plan.number, plan.seqs.size(), error.message, backends::to_string(error.code),
+                  to_string(st_.faults.health()));
+    note_health(before);
+    // The backend advanced no slot: the same rows can run again.
+    for (auto id : plan.seqs) {
+      auto* s = find(id);
+      if (!s)
+        continue;
+      s->in_step = false;
+      if (s->cancelled) {
+        release_slot(*s);
+        finish(*s, end_reason::cancelled, "cancelled");
+      }
+    }
+    apply_fault_actions(actions);
+    schedule();
+  }
+
+  void note_health(device_health before) {
+    const auto now = st_.faults.health();
+    if (now == before)
+      return;
+    if (now == device_health::failing)
+      st_.log->error("model '{}': the device fails every row alone; admission paused, next "
+                     "step in {} ms",
+                     st_.setup.model, st_.faults.backoff().count());
+    else
+      st_.log->info("model '{}': device {} (was {})", st_.setup.model, to_string(now),
+                    to_string(before));
+  }
+
+  void apply_fault_actions(const fault_actions& actions) {
+    for (auto id : actions.recompute) {
+      auto* s = find(id);
+      if (!s || s->state != kv_state::resident || s->in_step)
+        continue;
+      st_.log->warn("model '{}': sequence {} failed alone in a step; recomputing it: {}",
+                    st_.setup.model, id, st_.last_step_error);
+      release_slot(*s);
+      drop_kv(*s);
+    }
+    for (const auto& f : actions.fail_row)
+      fail_for_fault(f.id, fmt::format("the NPU failed this request's step row {} times when it "
+                                       "ran alone, recomputing it in between: {}",
+                                       f.failures, st_.last_step_error));
+    for (const auto& f : actions.fail_device)
+      fail_for_fault(f.id, fmt::format("the NPU failed {} steps in a row that carried this "
+                                       "request, backing off in between: {}",
+                                       f.failures, st_.last_step_error));
+  }
+
+  void fail_for_fault(seq_id id, std::string message) {
+    auto* s = find(id);
+    if (!s || s->in_step || s->state != kv_state::resident)
+      return;
+    st_.log->warn("model '{}': sequence {} fails: {}", st_.setup.model, id, message);
+    release_slot(*s);
+    finish(*s, end_reason::error, std::move(message));
+  }
+
+  void forget_faults_of(seq_id id) {
+    apply_fault_actions(st_.faults.forget(id, clock::now()));
+  }
+
+  bool probe_needs_a_sequence() const {
+    if (st_.faults.health() != device_health::failing || st_.step_in_flight
+        || st_.faults.next(clock::now()).what == next_step::kind::wait)
+      return false;
+    for (auto& [id, s] : st_.seqs)
+      if (s->state == kv_state::resident || s->state == kv_state::loading)
+        return false;
+    return true;
+  }
+
+  void arm_probe_timer(clock::duration in) {
+    if (st_.probe_timer_armed)
+      return;
+    st_.probe_timer_armed = true;
+    self_->delayed_send(self_, std::chrono::ceil<std::chrono::microseconds>(in),
+                        probe_atom::value);
+  }
+
   scheduler_actor* self_;
   scheduler_state& st_;
 };
@@ -1111,6 +1231,7 @@ void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
   st.max_step_tokens = p.max_step_tokens;
   st.spare = p.spare_slots;
   st.costs.set_alpha(p.ewma_alpha);
+  st.faults.set_knobs(p.faults);
 }
 
 caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
@@ -1144,6 +1265,11 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   return {
     [self](submit_atom, submission_ptr s) { scheduler_logic{self}.on_submit(*s); },
     [self](replan_atom) { scheduler_logic{self}.on_replan(); },
+    [self](probe_atom) {
+      scheduler_logic logic{self};
+      logic.catch_up();
+      logic.on_probe();
+    },
     [self](cancel_atom, seq_id id) {
       scheduler_logic logic{self};
       logic.catch_up();

@@ -23,6 +23,7 @@
 // Threading: a CAF event-based actor; all state is its own. Blocking calls
 // happen only in its two detached lanes.
 
+#include "actors/fault_policy.hpp"
 #include "actors/lane.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy.hpp"
@@ -82,6 +83,10 @@ struct scheduler_stats {
   std::uint64_t preemptions = 0, swaps = 0, recomputes = 0;
   std::uint64_t dumps = 0, loads = 0, snapshots_lost = 0;
   std::uint64_t step_failures = 0, dump_failures = 0, load_failures = 0;
+  /// Step faults (actors/fault_policy, docs/scheduling.md "Failures").
+  device_health device = device_health::healthy;
+  double device_backoff_ms = 0;    ///< the current wait while failing, else 0
+  fault_counters faults;           ///< retries, isolated rows, row faults, backoffs
   double step_busy_ms = 0;     ///< compute lane busy in steps
   double transfer_ms = 0;      ///< transfer time in total
   double dump_ms_total = 0, load_ms_total = 0;

@@ -80,6 +80,17 @@ json reuse_of(const actors::scheduler_stats& st) {
             {"admin", st.retained_admin_dropped}}}};
 }
 
+/// How the model's device behaves (docs/scheduling.md, "Failures").
+json device_json(const actors::scheduler_stats& st) {
+  return {{"state", actors::to_string(st.device)},
+          {"backoff_ms", st.device_backoff_ms},
+          {"step_failures", st.step_failures},
+          {"step_retries", st.faults.step_retries},
+          {"isolated_rows", st.faults.isolated_rows},
+          {"row_faults", st.faults.row_faults},
+          {"backoffs", st.faults.backoffs}};
+}
+
 json status(const admin_services& s) {
   auto uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started);
   json models = json::array();
@@ -89,6 +100,7 @@ json status(const admin_services& s) {
     models.push_back({{"name", st.model},
                       {"state", st.failed_model ? "failed" : "serving"},
                       {"error", st.failure},
+                      {"device", device_json(st)},
                       {"compute_busy", m && busy(m->compute_heartbeat)},
                       {"transfer_busy", m && busy(m->transfer_heartbeat)},
                       {"slots", st.slots},

@@ -98,6 +98,32 @@ std::string model_label(std::string_view model) {
   return fmt::format("model=\"{}\"", model);
 }
 
+/// Step faults (docs/scheduling.md, "Failures").
+void render_device(writer& w, const std::vector<actors::scheduler_stats>& schedulers) {
+  w.family("kvlane_device_state", "gauge",
+           "How the model's device behaves: 0 healthy, 1 degraded (retrying a failed step or "
+           "running its rows alone), 2 failing (backing off, admission paused).");
+  for (auto& s : schedulers)
+    w.sample("kvlane_device_state", model_label(s.model), double(static_cast<int>(s.device)));
+  w.family("kvlane_device_backoff_seconds", "gauge",
+           "The current wait before the next step while the device is failing, else 0.");
+  for (auto& s : schedulers)
+    w.sample("kvlane_device_backoff_seconds", model_label(s.model), s.device_backoff_ms / 1000);
+  w.family("kvlane_step_fault_events_total", "counter",
+           "What failed steps led to: whole-step retries, rows run alone to find a faulty one, "
+           "rows found faulty (recomputed or failed), backoffs.");
+  for (auto& s : schedulers) {
+    const std::pair<const char*, std::uint64_t> kinds[] = {
+      {"retry", s.faults.step_retries},
+      {"isolated_row", s.faults.isolated_rows},
+      {"row_fault", s.faults.row_faults},
+      {"backoff", s.faults.backoffs}};
+    for (const auto& [kind, n] : kinds)
+      w.sample("kvlane_step_fault_events_total",
+               fmt::format("{},kind=\"{}\"", model_label(s.model), kind), double(n));
+  }
+}
+
 } // namespace
 
 std::string metrics::render(const std::vector<actors::scheduler_stats>& schedulers,
@@ -172,6 +198,7 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
                 [](auto& s) { return s.step_busy_ms / 1000; });
   per_scheduler("kvlane_backend_failures_total", "counter", "Failed step, dump and load calls.",
                 [](auto& s) { return s.step_failures + s.dump_failures + s.load_failures; });
+  render_device(w, schedulers);
 
   w.family("kvlane_retained_entries", "gauge",
            "Retained conversation KV entries by where their copy is: warm in a slot or in the store.");

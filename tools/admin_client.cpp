@@ -7,7 +7,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -92,6 +94,35 @@ std::string reuse_line(const json& u) {
                      ev["superseded"].get<std::uint64_t>(), ev["admin"].get<std::uint64_t>());
 }
 
+std::string shout(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return s;
+}
+
+/// The device line of a model: shown while it is not healthy or once it has
+/// failed a step.
+void print_device(const json& m) {
+  if (!m.contains("device"))
+    return; // an older daemon
+  const auto& d = m["device"];
+  const auto state = d.value("state", std::string{"healthy"});
+  if (state == "healthy" && d.value("step_failures", std::uint64_t{0}) == 0)
+    return;
+  std::string wait;
+  if (state == "failing")
+    wait = fmt::format(", admission paused, backing off {:.0f} ms between steps",
+                       d.value("backoff_ms", 0.0));
+  else if (state == "degraded")
+    wait = ", admission paused while the failed step is retried";
+  fmt::print("  device {}{}  (failed steps {}, retries {}, rows run alone {}, faulty rows {}, "
+             "backoffs {})\n",
+             state == "healthy" ? state : shout(state), wait,
+             d.value("step_failures", std::uint64_t{0}), d.value("step_retries", std::uint64_t{0}),
+             d.value("isolated_rows", std::uint64_t{0}), d.value("row_faults", std::uint64_t{0}),
+             d.value("backoffs", std::uint64_t{0}));
+}
+
 void print_status(const json& r) {
   fmt::print("kvlaned {}  up {}  mode {}  {}  clients {}\n", r["version"].get<std::string>(),
              human_duration(r["uptime_s"].get<double>()), r["mode"].get<std::string>(),
@@ -110,6 +141,7 @@ void print_status(const json& r) {
                m["tokens_generated"].get<std::uint64_t>(), m["preemptions"].get<std::uint64_t>(),
                m["swaps"].get<std::uint64_t>(), m["recomputes"].get<std::uint64_t>());
     fmt::print("      {:<20} {}\n", "", reuse_line(m["reuse"]));
+    print_device(m);
   }
   auto& s = r["store"];
   fmt::print("store {} used, {} committed of {} ({} snapshots, {} evictions: {} parked, {} "

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace kvlane;
@@ -94,6 +95,42 @@ TEST_CASE("admin: status, ps, cancel, drain and resume act on the engine") {
   REQUIRE(c.has_value());
   CHECK(c->end->reason == actors::end_reason::cancelled);
   CHECK(error_code(sut.ask(fmt::format(R"({{"cmd":"cancel","id":{}}})", s->id()))) == "not_found");
+}
+
+TEST_CASE("admin: status and metrics show a failing device, and healthy once it recovers") {
+  admin_fixture sut;
+  auto device = [&] { return sut.ask(R"({"cmd":"status"})")["models"][0]["device"]; };
+  CHECK(device()["state"] == "healthy");
+  CHECK(device()["step_failures"] == 0);
+
+  sut.f.sim().inject(backends::sim_op::step, {.fail_rate = 1.0});
+  actors::submit_request r;
+  r.model = "tiny";
+  r.client = "alice";
+  r.prompt_tokens = {97, 98, 99};
+  r.sampling.max_tokens = 8;
+  auto s = *sut.f.engine->submit(r);
+  // Its step fails, and its retry: one row alone, so the device is failing.
+  // The scheduler has no event for this; ask again until it says so.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (device()["state"] != "failing" && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  const auto d = device();
+  REQUIRE(d["state"] == "failing");
+  CHECK(d["backoff_ms"].get<double>() > 0);
+  CHECK(d["step_failures"].get<std::uint64_t>() >= 2);
+  CHECK(d["step_retries"] == 1);
+  CHECK(d["backoffs"].get<std::uint64_t>() >= 1);
+  const auto text = sut.ask(R"({"cmd":"metrics"})")["text"].get<std::string>();
+  CHECK(text.find("kvlane_device_state{model=\"tiny\"} 2\n") != std::string::npos);
+
+  sut.f.sim().inject(backends::sim_op::step, {});
+  auto c = s->collect(30s);
+  REQUIRE(c.has_value());
+  CHECK(c->end->reason == actors::end_reason::length);
+  CHECK(c->tokens.size() == 8);
+  CHECK(device()["state"] == "healthy");
+  CHECK(device()["backoff_ms"] == 0);
 }
 
 TEST_CASE("admin: malformed requests get precise error codes") {
