@@ -231,7 +231,6 @@ quantum_steps = {}
 spare_slots = 1
 [store]
 max_bytes = "2MiB"
-warm_pool_bytes = 0 # every freed byte goes back to the OS: the leak check expects 0 committed
 [clients]
 max_backlog_records = 4096
 )",
