@@ -220,7 +220,11 @@ public:
       s->tokens.push_back(tok);
       ++s->generated;
       ++st_.stats.tokens_generated;
-      self_->send(s->session, tokens_atom::value, std::vector<token_id>{tok});
+      if (s->smp.params().logprobs)
+        self_->send(s->session, tokens_atom::value, std::vector<token_id>{tok},
+                    std::vector<token_logprobs>{s->smp.last_logprobs()});
+      else
+        self_->send(s->session, tokens_atom::value, std::vector<token_id>{tok});
       if (s->generated >= s->smp.params().max_tokens) {
         retain_or_release(*s);
         finish(*s, end_reason::length, {});

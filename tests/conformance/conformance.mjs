@@ -79,6 +79,28 @@ check("text completion, streaming and not", async () => {
   assert.equal(text, r.choices[0].text);
 });
 
+check("chat logprobs: one entry per token, top_logprobs sorted, the same streamed", async () => {
+  const body = {
+    model, messages: [{ role: "user", content: "logprobs" }], max_tokens: 6, temperature: 0,
+    logprobs: true, top_logprobs: 3,
+  };
+  const whole = await openai.chat.completions.create(body);
+  const content = whole.choices[0].logprobs.content;
+  assert.equal(content.length, 6);
+  for (const e of content) {
+    assert.equal(e.top_logprobs.length, 3);
+    assert.equal(e.top_logprobs[0].token, e.token); // greedy: the sampled token is the likeliest
+    assert.equal(e.top_logprobs[0].logprob, e.logprob);
+    assert.ok(e.top_logprobs[1].logprob <= e.top_logprobs[0].logprob);
+    assert.deepEqual(e.bytes, [...Buffer.from(e.token, "utf8")]);
+  }
+  const stream = await openai.chat.completions.create({ ...body, stream: true });
+  const streamed = [];
+  for await (const chunk of stream)
+    for (const c of chunk.choices) streamed.push(...(c.logprobs?.content ?? []));
+  assert.deepEqual(streamed, content);
+});
+
 check("a stop string ends the text before it", async () => {
   const body = { model, messages: [{ role: "user", content: "stop here" }], max_tokens: 40, temperature: 0 };
   const full = (await openai.chat.completions.create(body)).choices[0].message.content;

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <regex>
 
 using namespace std::chrono_literals;
@@ -342,6 +343,109 @@ TEST_CASE("http api: text completions take a prompt and default to 16 tokens") {
   CHECK(r["usage"]["completion_tokens"] == 16);
   CHECK(r["usage"]["prompt_tokens"] == 10); // BOS + 9 bytes with the byte tokenizer
   CHECK(r["choices"][0].contains("text"));
+}
+
+/// The bytes a logprobs entry lists, as a string.
+std::string bytes_text(const json& entry) {
+  std::string out;
+  for (const auto& b : entry["bytes"])
+    out.push_back(static_cast<char>(b.get<int>()));
+  return out;
+}
+
+TEST_CASE("http api: chat logprobs list each token with its top alternatives, streamed or not") {
+  http_fixture d;
+  auto body = chat_body("logprobs please", 10);
+  body["temperature"] = 0.9;
+  body["seed"] = 5;
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  const auto whole = d.post_json("/v1/chat/completions", body);
+  const auto& choice = whole["choices"][0];
+  REQUIRE(choice["logprobs"].is_object());
+  const auto content = choice["logprobs"]["content"];
+  REQUIRE(content.size() == 10); // one entry per generated token
+  CHECK(whole["usage"]["completion_tokens"] == 10);
+  std::string joined;
+  for (const auto& e : content) {
+    CAPTURE(e.dump());
+    joined += bytes_text(e);
+    CHECK(e["logprob"].get<double>() <= 0.0);
+    const auto& top = e["top_logprobs"];
+    REQUIRE(top.size() == 3);
+    for (std::size_t i = 0; i < top.size(); ++i) {
+      CHECK(top[i]["logprob"].get<double>() <= 0.0);
+      if (i > 0)
+        CHECK(top[i - 1]["logprob"].get<double>() >= top[i]["logprob"].get<double>());
+      if (top[i]["token"] == e["token"])
+        CHECK(top[i]["logprob"] == e["logprob"]);
+    }
+  }
+  CHECK(joined == choice["message"]["content"].get<std::string>());
+
+  body["stream"] = true;
+  auto r = d.request("POST", "/v1/chat/completions", body.dump());
+  REQUIRE(r.status == 200);
+  const auto events = sse_payloads(r.body);
+  REQUIRE(events.back() == "[DONE]");
+  json streamed = json::array();
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    const auto c = json::parse(events[i]);
+    const auto& lp = c["choices"][0]["logprobs"];
+    if (c["choices"][0]["delta"].contains("content")
+        && !c["choices"][0]["delta"]["content"].get<std::string>().empty())
+      CHECK_FALSE(lp.is_null()); // a text chunk carries its tokens' logprobs
+    if (!lp.is_null())
+      for (const auto& e : lp["content"])
+        streamed.push_back(e);
+  }
+  CHECK(streamed == content); // the same tokens and the same values both ways
+}
+
+TEST_CASE("http api: completions logprobs give tokens, token_logprobs, top_logprobs and offsets") {
+  http_fixture d;
+  const auto r = d.post_json("/v1/completions", {{"model", "tiny"},
+                                                 {"prompt", "Once upon"},
+                                                 {"max_tokens", 8},
+                                                 {"temperature", 0},
+                                                 {"logprobs", 2}});
+  const auto& choice = r["choices"][0];
+  const auto& lp = choice["logprobs"];
+  REQUIRE(lp["tokens"].size() == 8);
+  REQUIRE(lp["token_logprobs"].size() == 8);
+  REQUIRE(lp["top_logprobs"].size() == 8);
+  REQUIRE(lp["text_offset"].size() == 8);
+  std::string joined;
+  for (std::size_t i = 0; i < 8; ++i) {
+    CAPTURE(i);
+    const auto token = lp["tokens"][i].get<std::string>();
+    const auto logprob = lp["token_logprobs"][i].get<double>();
+    const auto& top = lp["top_logprobs"][i];
+    CHECK(lp["text_offset"][i] == joined.size()); // ASCII: code points are bytes
+    joined += token;
+    CHECK(logprob <= 0.0);
+    CHECK(top.size() >= 1);
+    CHECK(top.size() <= 3); // two alternatives plus the sampled token
+    REQUIRE(top.contains(token));
+    CHECK(top[token].get<double>() == logprob);
+    double best = -1e9;
+    for (const auto& [t, v] : top.items())
+      best = std::max(best, v.get<double>());
+    CHECK(logprob == best); // greedy: the sampled token is the most likely
+  }
+  CHECK(joined == choice["text"].get<std::string>());
+}
+
+TEST_CASE("http api: logprobs out of range are a 400 naming the field") {
+  http_fixture d;
+  auto body = chat_body("x", 2);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 21;
+  auto e = d.post_json("/v1/chat/completions", body, 400)["error"];
+  CHECK(e["param"] == "top_logprobs");
+  CHECK(e["message"].get<std::string>().find("top_logprobs") != std::string::npos);
+  e = d.post_json("/v1/completions", {{"model", "tiny"}, {"prompt", "x"}, {"logprobs", 6}}, 400)["error"];
+  CHECK(e["param"] == "logprobs");
 }
 
 TEST_CASE("http api: errors come in OpenAI's shape with the right status") {
