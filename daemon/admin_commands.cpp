@@ -1,7 +1,11 @@
 #include "daemon/admin_commands.hpp"
 
+#include "common/model_name.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <limits>
 
 namespace kvlane::daemon {
 
@@ -125,6 +129,30 @@ json ps(const admin_services& s) {
   return {{"sequences", std::move(seqs)}};
 }
 
+/// cache-drop-session {session, uid, model?}: forgets one user's conversation
+/// (its history; its retained KV ages out under the [reuse] rules).
+json drop_session(const json& req, const admin_services& s) {
+  auto name = string_field(req, "session");
+  if (!valid_model_name(name))
+    throw command_error{"bad_field", "field 'session' must be 1 to 64 characters of [A-Za-z0-9._-]"};
+  const auto uid = id_field(req, "uid");
+  if (uid > std::numeric_limits<std::uint32_t>::max())
+    throw command_error{"bad_field", fmt::format("field 'uid' {} is not a user id", uid)};
+  std::string model;
+  if (req.contains("model"))
+    model = string_field(req, "model");
+  if (model.empty() && !s.engine->models().empty())
+    model = s.engine->models().front().name;
+  if (s.engine->find_model(model) == nullptr)
+    throw command_error{"not_found", fmt::format("unknown model '{}'", model)};
+  if (s.sessions == nullptr)
+    throw command_error{"failed", "this daemon keeps no sessions"};
+  if (!s.sessions->drop(session_key{static_cast<std::uint32_t>(uid), model, name}))
+    throw command_error{"not_found", fmt::format("uid {} has no session '{}' of model '{}'", uid,
+                                                 name, model)};
+  return {{"dropped", name}, {"uid", uid}, {"model", model}};
+}
+
 json dispatch(const std::string& cmd, const json& req, const admin_services& s) {
   if (cmd == "status")
     return status(s);
@@ -163,9 +191,11 @@ json dispatch(const std::string& cmd, const json& req, const admin_services& s) 
   }
   if (cmd == "metrics")
     return {{"text", render_metrics(s)}};
+  if (cmd == "cache-drop-session")
+    return drop_session(req, s);
   throw command_error{"unknown_command",
                       fmt::format("unknown command '{}' (known: status, ps, cancel, drain, resume, "
-                                  "reload, log-level, metrics)",
+                                  "reload, log-level, metrics, cache-drop-session)",
                                   cmd)};
 }
 
