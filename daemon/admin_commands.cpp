@@ -93,9 +93,13 @@ json status(const admin_services& s) {
                       {"swaps", st.swaps},
                       {"recomputes", st.recomputes},
                       {"transfer_s", st.transfer_ms / 1000},
-                      {"transfer_hidden_s", st.transfer_hidden_ms / 1000}});
+                      {"transfer_hidden_s", st.transfer_hidden_ms / 1000},
+                      {"reuse_hits", st.reuse_hits},
+                      {"reuse_warm_hits", st.reuse_warm_hits},
+                      {"reused_tokens", st.reused_tokens}});
   }
   auto store = s.engine->store_stats();
+  const auto conv = s.sessions ? s.sessions->stats() : session_table_stats{};
   return {{"version", s.version},
           {"uptime_s", uptime.count()},
           {"mode", s.mode},
@@ -109,7 +113,14 @@ json status(const admin_services& s) {
             {"snapshots", store.snapshots},
             {"peak_used_bytes", store.peak_used_bytes},
             {"peak_snapshots", store.peak_snapshots},
-            {"evictions", store.evictions}}}};
+            {"evictions", store.evictions}}},
+          {"sessions",
+           {{"sessions", conv.sessions},
+            {"running", conv.running},
+            {"history_tokens", conv.history_tokens},
+            {"evicted", conv.evicted},
+            {"expired", conv.expired},
+            {"dropped", conv.dropped}}}};
 }
 
 json ps(const admin_services& s) {
