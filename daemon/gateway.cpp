@@ -58,7 +58,7 @@ gateway::gateway(const clients_section& cfg, std::string path, actors::engine& e
   : cfg_(cfg),
     path_(std::move(path)),
     engine_(engine),
-    sessions_(sessions ? std::move(sessions) : std::make_shared<session_table>()),
+    conversations_(sessions ? std::move(sessions) : std::make_shared<session_table>()),
     admission_(limits_of(cfg)),
     max_pending_(cfg.max_pending) {}
 
@@ -361,7 +361,7 @@ void gateway::handle_pending(int fd) {
   s.engine = &engine_;
   s.counters = &counters_;
   s.admit = &admission_;
-  s.sessions = sessions_;
+  s.sessions = conversations_;
   s.loop_wake_fd = wake_fd_;
   auto session = client_session::create(std::move(s));
   if (!session)

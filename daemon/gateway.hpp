@@ -96,7 +96,7 @@ private:
   clients_section cfg_;
   std::string path_;
   actors::engine& engine_;
-  std::shared_ptr<session_table> sessions_;
+  std::shared_ptr<session_table> conversations_; ///< named sessions of every user
   mutable std::mutex policy_mutex_;
   std::shared_ptr<const ipc::access_policy> policy_; ///< [clients] allow lists
   int listen_fd_ = -1;
