@@ -9,7 +9,7 @@
 //   hang     submit K batch requests of T tokens, print STREAMING at the first
 //            token, then keep reading until killed
 //   connect  connect and print CONNECTED, or ERROR <code> <message> (exit = code)
-//   session  one turn of session --session NAME (20 prompt tokens 300..319, 4
+//   session  one turn of session --session NAME (20 prompt tokens 60..79, 4
 //            generated), print "PROMPT_TOKENS <n>": the tokens the daemon submitted
 #include "tests/integration/ipc_requests.hpp"
 
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   if (mode == "session") {
     client::request r;
     r.session = session;
-    for (std::uint32_t t = 300; t < 320; ++t)
+    for (std::uint32_t t = 60; t < 80; ++t)
       r.prompt_tokens.push_back(t);
     r.sampling.max_tokens = 4;
     r.sampling.stop_at_eos = false;
