@@ -127,6 +127,8 @@ chat_reader::item chat_reader::feed(std::string_view line) {
   if (open_) {
     if (line.ends_with(block_marker)) {
       line.remove_suffix(block_marker.size());
+      if (line.empty() && !block_.empty() && block_.back() == '\n')
+        block_.pop_back(); // a marker on a line of its own ends the previous line
       block_ += line;
       open_ = false;
       return {kind::turn, std::exchange(block_, {})};
