@@ -1,7 +1,7 @@
 #include "tools/chat_command.hpp"
 
 #include "ipc/protocol.hpp"
-#include "tools/cli.hpp"
+#include "tools/client_exit_code.hpp"
 
 #include <kvlane/client.hpp>
 

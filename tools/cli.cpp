@@ -4,6 +4,7 @@
 #include "daemon/config.hpp"
 #include "tools/admin_client.hpp"
 #include "tools/chat_command.hpp"
+#include "tools/client_exit_code.hpp"
 #include "tools/probe.hpp"
 #include "tools/tokenize_command.hpp"
 
@@ -207,23 +208,6 @@ std::atomic<bool> interrupted{false};
 extern "C" void on_interrupt(int) {
   interrupted = true;
 }
-
-} // namespace
-
-int client_exit_code(client::errc e) {
-  switch (e) {
-    case client::errc::daemon_not_running: return 69; // EX_UNAVAILABLE
-    case client::errc::permission_denied:
-    case client::errc::not_allowed: return 77;        // EX_NOPERM
-    case client::errc::version_mismatch:
-    case client::errc::protocol_error: return 76;     // EX_PROTOCOL
-    case client::errc::timeout: return 75;            // EX_TEMPFAIL
-    case client::errc::invalid_argument: return 64;
-    default: return 1;
-  }
-}
-
-namespace {
 
 int run_main(int argc, char** argv) {
   client::connect_options opts;
