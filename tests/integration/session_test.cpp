@@ -32,6 +32,8 @@ runtime_dir = "{}"
 worker_threads = 2
 log_level = "warn"
 shutdown_timeout_ms = 5000
+[daemon.log_levels]
+daemon = "info"
 [[model]]
 name = "tiny"
 [model.sim]
