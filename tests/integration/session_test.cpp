@@ -8,6 +8,7 @@
 #include "tests/support/temp_dir.hpp"
 
 #include <kvlane/client.hpp>
+#include <kvlane/kvlane.h>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -292,4 +293,38 @@ TEST_CASE("sessions: kvlane chat reads turns from a pipe and keeps them in its s
   REQUIRE(rc2 == 0);
   CHECK(out2.find("Cleared session context.") != std::string::npos);
   CHECK(ask(*c, byte_tokens(4, 500), "piped", 4).end.prompt_tokens == 4);
+}
+
+TEST_CASE("sessions: the C API carries a session name and drops the session") {
+  daemon_fixture d;
+  kvlane_client* c = nullptr;
+  REQUIRE(kvlane_connect(d.socket.c_str(), "c-api", 5000, &c) == KVLANE_OK);
+  const auto prompt = byte_tokens(10, 0);
+  auto turn = [&](const char* session) {
+    kvlane_request r;
+    kvlane_request_init(&r);
+    r.prompt_tokens = prompt.data();
+    r.n_prompt_tokens = prompt.size();
+    r.max_tokens = 4;
+    r.stop_at_eos = 0;
+    r.session = session;
+    kvlane_stream* s = nullptr;
+    REQUIRE(kvlane_submit(c, &r, 5000, &s) == KVLANE_OK);
+    kvlane_chunk ch{};
+    while (kvlane_next(s, 60000, &ch) == KVLANE_OK && !ch.ended) {
+    }
+    REQUIRE(ch.ended);
+    const auto prompt_tokens = ch.prompt_tokens; // (the chunk is valid until the free)
+    kvlane_stream_free(s);
+    return prompt_tokens;
+  };
+  CHECK(turn("c-conv") == 10);
+  CHECK(turn("c-conv") == 10 + 4 + 10);
+  int existed = -1;
+  REQUIRE(kvlane_drop_session(c, "c-conv", nullptr, 5000, &existed) == KVLANE_OK);
+  CHECK(existed == 1);
+  CHECK(turn("c-conv") == 10);
+  CHECK(kvlane_drop_session(c, "bad name", nullptr, 5000, &existed) == KVLANE_INVALID_ARGUMENT);
+  CHECK(std::string{kvlane_last_error()}.find("session name") != std::string::npos);
+  kvlane_close(c);
 }
