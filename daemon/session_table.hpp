@@ -98,7 +98,9 @@ public:
   /// the prompt when the session has no history yet (text prompts). Fails,
   /// changing nothing, when sessions are disabled, the session's last turn is
   /// still running, the caps are reached by running sessions only, or the
-  /// history + prompt + `max_tokens` would exceed `max_context`.
+  /// history + prompt + `max_tokens` would exceed `max_context`. A new
+  /// session at a cap evicts another first; that eviction stands even if the
+  /// turn is aborted later.
   expected<session_turn, session_error> begin_turn(const session_key& key,
                                                    std::span<const backends::token_id> prompt,
                                                    std::optional<backends::token_id> bos,
