@@ -1,8 +1,12 @@
 #include "daemon/admin_commands.hpp"
 
+#include "common/model_name.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+
+#include <limits>
 
 namespace kvlane::daemon {
 
@@ -127,6 +131,7 @@ json status(const admin_services& s) {
                       {"reuse", reuse_of(st)}});
   }
   auto store = s.engine->store_stats();
+  const auto conv = s.sessions ? s.sessions->stats() : session_table_stats{};
   return {{"version", s.version},
           {"uptime_s", uptime.count()},
           {"mode", s.mode},
@@ -146,7 +151,14 @@ json status(const admin_services& s) {
             {"retained_share_evictions", store.retained_share_evictions},
             {"retained_bytes", store.retained_bytes},
             {"retained_snapshots", store.retained_snapshots},
-            {"retained_limit_bytes", store.retained_limit_bytes}}}};
+            {"retained_limit_bytes", store.retained_limit_bytes}}},
+          {"sessions",
+           {{"sessions", conv.sessions},
+            {"running", conv.running},
+            {"history_tokens", conv.history_tokens},
+            {"evicted", conv.evicted},
+            {"expired", conv.expired},
+            {"dropped", conv.dropped}}}};
 }
 
 json ps(const admin_services& s) {
@@ -277,6 +289,30 @@ json cache_drop(const json& req, const admin_services& s) {
           {"store_bytes", total.store_bytes}};
 }
 
+/// cache-drop-session {session, uid, model?}: forgets one user's conversation
+/// (its history; its retained KV ages out under the [reuse] rules).
+json drop_session(const json& req, const admin_services& s) {
+  auto name = string_field(req, "session");
+  if (!valid_model_name(name))
+    throw command_error{"bad_field", "field 'session' must be 1 to 64 characters of [A-Za-z0-9._-]"};
+  const auto uid = id_field(req, "uid");
+  if (uid > std::numeric_limits<std::uint32_t>::max())
+    throw command_error{"bad_field", fmt::format("field 'uid' {} is not a user id", uid)};
+  std::string model;
+  if (req.contains("model"))
+    model = string_field(req, "model");
+  if (model.empty() && !s.engine->models().empty())
+    model = s.engine->models().front().name;
+  if (s.engine->find_model(model) == nullptr)
+    throw command_error{"not_found", fmt::format("unknown model '{}'", model)};
+  if (s.sessions == nullptr)
+    throw command_error{"failed", "this daemon keeps no sessions"};
+  if (!s.sessions->drop(session_key{static_cast<std::uint32_t>(uid), model, name}))
+    throw command_error{"not_found", fmt::format("uid {} has no session '{}' of model '{}'", uid,
+                                                 name, model)};
+  return {{"dropped", name}, {"uid", uid}, {"model", model}};
+}
+
 json dispatch(const std::string& cmd, const json& req, const admin_services& s) {
   if (cmd == "status")
     return status(s);
@@ -319,9 +355,12 @@ json dispatch(const std::string& cmd, const json& req, const admin_services& s) 
     return cache_ls(req, s);
   if (cmd == "cache-drop")
     return cache_drop(req, s);
+  if (cmd == "cache-drop-session")
+    return drop_session(req, s);
   throw command_error{"unknown_command",
                       fmt::format("unknown command '{}' (known: status, ps, cancel, drain, resume, "
-                                  "reload, log-level, metrics, cache-ls, cache-drop)",
+                                  "reload, log-level, metrics, cache-ls, cache-drop, "
+                                  "cache-drop-session)",
                                   cmd)};
 }
 

@@ -375,6 +375,19 @@ status parse_admin(const reporter& r, const section& root, admin_section& out) {
   return {};
 }
 
+status parse_sessions(const reporter& r, const section& root, sessions_section& out) {
+  auto table = find_table(r, root, "sessions");
+  if (!table)
+    return unexpected(std::move(table.error()));
+  if (*table == nullptr)
+    return {};
+  const section s{**table, "sessions"};
+  KVLANE_CONFIG_TRY(check_keys(r, s, {"max_per_user", "max_sessions"}));
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_per_user", out.max_per_user, 0, 65'536));
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_sessions", out.max_sessions, 0, 1'048'576));
+  return {};
+}
+
 status parse_metrics(const reporter& r, const section& root, metrics_section& out) {
   auto table = find_table(r, root, "metrics");
   if (!table)
@@ -510,8 +523,8 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   }
   KVLANE_CONFIG_TRY(
     check_keys(r, root,
-               {"version", "daemon", "model", "scheduler", "reuse", "store", "clients", "admin",
-                "metrics", "http"}));
+               {"version", "daemon", "model", "scheduler", "reuse", "store", "clients", "sessions",
+                "admin", "metrics", "http"}));
   if (version == nullptr)
     return unexpected(
       r.bad_value("version", root.line(), "required key is missing (add 'version = 1' at the top)"));
@@ -524,6 +537,7 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   KVLANE_CONFIG_TRY(parse_store(r, root, c.store));
   KVLANE_CONFIG_TRY(check_floors(r, root, c));
   KVLANE_CONFIG_TRY(parse_clients(r, root, c.clients));
+  KVLANE_CONFIG_TRY(parse_sessions(r, root, c.sessions));
   KVLANE_CONFIG_TRY(parse_admin(r, root, c.admin));
   KVLANE_CONFIG_TRY(parse_metrics(r, root, c.metrics));
   KVLANE_CONFIG_TRY(parse_http(r, root, c.http));

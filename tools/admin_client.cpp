@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <optional>
+#include <string_view>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -42,7 +44,10 @@ constexpr const char* usage_text =
   "  top                    live view, refreshed every second (q or Ctrl-C quits)\n"
   "  cache ls [--model M]   one line per retained conversation KV entry\n"
   "  cache drop --all [--model M] | --id ID [--model M]\n"
-  "                         drop retained KV, free its slots and store bytes, print what was freed\n";
+  "                         drop retained KV, free its slots and store bytes, print what was freed\n"
+  "  cache drop --session NAME [--model M] [--uid UID]\n"
+  "                         forget a conversation kept for `kvlane chat` / --session\n"
+  "                         (default: this user's, of the default model)\n";
 
 int fail(int code, const std::string& message) {
   std::fprintf(stderr, "kvlane: %s\n", message.c_str());
@@ -324,6 +329,66 @@ int run_top(admin_connection& c) {
   }
 }
 
+/// `kvlane cache drop --session NAME [--model M] [--uid UID]`: the admin
+/// command cache-drop-session. argv[0] is "cache".
+int cache_drop_session_main(int argc, char** argv, std::string socket) {
+  bool as_json = false;
+  std::optional<std::string> session;
+  std::string model;
+  std::uint64_t uid = ::getuid();
+  std::vector<std::string_view> words;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a{argv[i]};
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= argc)
+        return std::nullopt;
+      return std::string{argv[++i]};
+    };
+    if (a == "--json") {
+      as_json = true;
+    } else if (a == "--socket" || a == "--session" || a == "--model" || a == "--uid") {
+      auto v = value();
+      if (!v)
+        return fail(64, fmt::format("cache: {} needs a value", a));
+      if (a == "--socket")
+        socket = *v;
+      else if (a == "--session")
+        session = *v;
+      else if (a == "--model")
+        model = *v;
+      else if (auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), uid);
+               ec != std::errc{} || p != v->data() + v->size())
+        return fail(64, fmt::format("cache: '{}' is not a user id", *v));
+    } else if (a.starts_with("--")) {
+      return fail(64, fmt::format("cache: unknown option '{}'\n{}", a, usage_text));
+    } else {
+      words.push_back(a);
+    }
+  }
+  if (words.size() != 1 || words[0] != "drop" || !session)
+    return fail(64, fmt::format("cache: expected 'drop --session NAME'\n{}", usage_text));
+  json req{{"cmd", "cache-drop-session"}, {"session", *session}, {"uid", uid}};
+  if (!model.empty())
+    req["model"] = model;
+  auto c = admin_connection::open(socket);
+  if (!c)
+    return fail(2, c.error().message);
+  auto r = c->ask(req, reply_timeout);
+  if (!r)
+    return fail(2, r.error().message);
+  if (as_json)
+    fmt::print("{}\n", r->dump());
+  if (r->contains("error")) {
+    auto& e = (*r)["error"];
+    return fail(e["code"] == "not_allowed" ? 2 : 1,
+                fmt::format("{}: {}", e["code"].get<std::string>(), e["message"].get<std::string>()));
+  }
+  if (!as_json)
+    fmt::print("dropped session '{}' of uid {} (model '{}')\n", (*r)["dropped"].get<std::string>(),
+               (*r)["uid"].get<std::uint64_t>(), (*r)["model"].get<std::string>());
+  return 0;
+}
+
 } // namespace
 
 bool is_admin_command(std::string_view command) {
@@ -337,6 +402,11 @@ std::string default_admin_socket() {
 int admin_main(int argc, char** argv) {
   std::string cmd = argv[0];
   std::string socket = default_admin_socket();
+  // `cache drop --session` forgets a conversation; the other cache forms
+  // (ls, drop --all | --id) go through the common path below.
+  if (cmd == "cache"
+      && std::any_of(argv + 1, argv + argc, [](const char* a) { return std::string_view{a} == "--session"; }))
+    return cache_drop_session_main(argc, argv, socket);
   bool as_json = false, wait = true;
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {

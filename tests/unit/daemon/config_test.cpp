@@ -124,6 +124,7 @@ void check_same(const config& a, const config& b) {
   CHECK(a.clients.max_requests_per_user == b.clients.max_requests_per_user);
   CHECK(a.clients.max_live_sequences == b.clients.max_live_sequences);
   CHECK(a.clients.busy_retry == b.clients.busy_retry);
+  CHECK(a.sessions == b.sessions);
 }
 
 std::string temp_path(std::string_view name) {
@@ -223,6 +224,8 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.clients.max_requests_per_user == 1024);
   CHECK(sut.clients.max_live_sequences == 4096);
   CHECK(sut.clients.busy_retry == std::chrono::milliseconds(200));
+  CHECK(sut.sessions.max_per_user == 16);
+  CHECK(sut.sessions.max_sessions == 256);
 }
 
 TEST_CASE("config: the shipped etc/kvlane.toml parses to exactly the defaults") {
@@ -887,4 +890,14 @@ TEST_CASE("config: parse_http_listen tells loopback from other addresses") {
   CHECK_FALSE(parse_http_listen("host:80").has_value());
   CHECK_FALSE(parse_http_listen("127.0.0.1:65536").has_value());
   CHECK(parse_http_listen("127.0.0.1:0")->port == 0); // any free port
+}
+
+TEST_CASE("config: [sessions] reads its caps and names a bad value") {
+  const auto sut = parse_ok(std::string(minimal) + "[sessions]\nmax_per_user = 0\nmax_sessions = 9\n");
+  CHECK(sut.sessions.max_per_user == 0);
+  CHECK(sut.sessions.max_sessions == 9);
+  const auto bad = parse_error(std::string(minimal) + "[sessions]\nmax_sessions = -1\n");
+  CHECK(bad.message.find("sessions.max_sessions") != std::string::npos);
+  const auto unknown = parse_error(std::string(minimal) + "[sessions]\nttl = 3\n");
+  CHECK(unknown.message.find("ttl") != std::string::npos);
 }
