@@ -294,6 +294,46 @@ std::vector<sequence_info> engine::list(std::chrono::milliseconds timeout) const
   return out;
 }
 
+expected<std::vector<retained_info>, std::string>
+engine::list_retained(std::string_view model, std::chrono::milliseconds timeout) const {
+  if (!model.empty() && find_model(model) == nullptr)
+    return unexpected(fmt::format("unknown model '{}'", model));
+  std::vector<retained_info> out;
+  caf::scoped_actor self{sys_};
+  for (auto& m : models_) {
+    if ((!model.empty() && m.name != model) || m.health->failed())
+      continue; // a failed model holds nothing reusable any more
+    std::optional<std::string> failure;
+    self->request(m.scheduler, timeout, cache_list_atom::value)
+      .receive([&](retained_list_ptr l) { out.insert(out.end(), l->begin(), l->end()); },
+               [&](caf::error& err) {
+                 failure = fmt::format("model '{}' did not answer: {}", m.name, caf::to_string(err));
+               });
+    if (failure)
+      return unexpected(std::move(*failure));
+  }
+  return out;
+}
+
+expected<retained_drop_result, std::string>
+engine::drop_retained(std::string_view model, const retained_drop_request& req,
+                      std::chrono::milliseconds timeout) {
+  const auto* m = find_model(model);
+  if (m == nullptr)
+    return unexpected(fmt::format("unknown model '{}'", model));
+  if (m->health->failed())
+    return unexpected(fmt::format("model '{}' failed: {}", model, m->health->reason()));
+  caf::scoped_actor self{sys_};
+  expected<retained_drop_result, std::string> out = unexpected(std::string{"no reply"});
+  self->request(m->scheduler, timeout, cache_drop_atom::value, req)
+    .receive([&](retained_drop_result r) { out = r; },
+             [&](caf::error& err) {
+               out = unexpected(fmt::format("model '{}' did not answer: {}", model,
+                                            caf::to_string(err)));
+             });
+  return out;
+}
+
 end_hook engine::end_hook_for(const model_entry& m, const submission& sub) const {
   if (!on_complete_)
     return {};

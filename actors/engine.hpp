@@ -11,7 +11,7 @@
 // daemon (each client connection submits through it, the admin socket lists,
 // cancels and reloads through it), by tests and by benchmarks.
 //
-// Threading: submit(), cancel(), list(), stats(), store_stats(),
+// Threading: submit(), cancel(), list(), list_retained(), drop_retained(), stats(), store_stats(),
 // update_policy(), update_reuse() and set_admitting() are thread-safe. shutdown() and the
 // destructor run on the owner's thread; after shutdown() every submit() fails
 // with shutting_down.
@@ -139,6 +139,18 @@ public:
 
   /// Every live sequence of every model, by id.
   std::vector<sequence_info> list(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+
+  /// The retained entries of `model` (every model when empty), by model then
+  /// id. Fails on an unknown model or one that does not answer in `timeout`.
+  expected<std::vector<retained_info>, std::string>
+  list_retained(std::string_view model = {},
+                std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+
+  /// Drops the retained entries of `model` that `req` selects and frees their
+  /// slots and snapshots. Fails on an unknown or failed model, or no reply.
+  expected<retained_drop_result, std::string>
+  drop_retained(std::string_view model, const retained_drop_request& req,
+                std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   /// Ends every stream (reason cancelled, `why`), frees slots and snapshots,
   /// and stops the schedulers and lanes. Idempotent.

@@ -121,6 +121,9 @@ struct stream_end {
   double tpot_ms = 0; ///< mean time per output token after the first
   double e2e_ms = 0;  ///< submit to end
   std::uint32_t preemptions = 0;
+  /// Prompt tokens not prefilled because retained KV covered them (a warm
+  /// slot or a loaded snapshot; 0 when the prompt was prefilled in full).
+  std::uint32_t cached_tokens = 0;
 };
 
 } // namespace kvlane::actors
@@ -132,3 +135,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::transfer_done_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::submission_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::stream_end)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kvlane::backends::token_id>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kvlane::actors::token_logprobs>)

@@ -8,6 +8,7 @@
 // knob, docs/config.md their ranges.
 
 #include "actors/cost_model.hpp"
+#include "actors/fault_policy.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -89,6 +90,7 @@ struct scheduler_policy {
   /// (not a config key: for tests and benchmarks that need decisions free of
   /// host timing noise). nullopt = measure.
   std::optional<cost_figures> fixed_costs;
+  fault_knobs faults;                  ///< what a failed step leads to (actors/fault_policy)
 
   friend bool operator==(const scheduler_policy&, const scheduler_policy&) = default;
 };

@@ -85,6 +85,11 @@ expected<void, std::string> validate(const sampling_params& p, std::uint32_t voc
   if (p.stop_tokens.size() > max_stop_tokens)
     return unexpected(fmt::format("stop_tokens holds {} entries, at most {} allowed",
                                   p.stop_tokens.size(), max_stop_tokens));
+  if (p.top_logprobs > max_top_logprobs)
+    return unexpected(fmt::format("top_logprobs must be <= {}, got {}", max_top_logprobs,
+                                  p.top_logprobs));
+  if (p.top_logprobs > 0 && !p.logprobs)
+    return unexpected(fmt::format("top_logprobs ({}) needs logprobs", p.top_logprobs));
   for (std::size_t i = 0; i < p.stop_tokens.size(); ++i)
     if (p.stop_tokens[i] >= vocab_size)
       return unexpected(fmt::format("stop_tokens[{}] must be < vocab_size ({}), got {}", i,
@@ -113,9 +118,16 @@ double sampler::next_unit() noexcept {
 backends::token_id sampler::sample(std::span<const float> logits) {
   if (params_.token_limit != 0 && logits.size() > params_.token_limit)
     logits = logits.first(params_.token_limit);
-  if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f)
-    return pick(logits);
-  const auto t = pick(penalised(logits));
+  if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) {
+    const auto t = pick(logits);
+    if (params_.logprobs)
+      logprobs_ = log_probabilities(logits, params_.temperature, t, params_.top_logprobs);
+    return t;
+  }
+  const auto row = penalised(logits);
+  const auto t = pick(row);
+  if (params_.logprobs)
+    logprobs_ = log_probabilities(row, params_.temperature, t, params_.top_logprobs);
   auto it = std::lower_bound(counts_.begin(), counts_.end(), t,
                              [](const auto& e, backends::token_id v) { return e.first < v; });
   if (it != counts_.end() && it->first == t)
@@ -326,6 +338,66 @@ backends::token_id sampler::sample_all(std::size_t k, double u) noexcept {
       return static_cast<backends::token_id>(i);
   }
   return static_cast<backends::token_id>(last_live); // u * total rounded up to total
+}
+
+token_logprobs log_probabilities(std::span<const float> logits, float temperature,
+                                 backends::token_id chosen, std::uint32_t top_n) noexcept {
+  token_logprobs out;
+  out.chosen.token = chosen;
+  top_n = std::min(top_n, max_top_logprobs);
+  const double inv_t =
+      temperature > 0.0f && std::isfinite(temperature) && std::isfinite(1.0f / temperature)
+          ? 1.0 / static_cast<double>(temperature)
+          : 1.0;
+
+  float max_v = neg_inf;
+  for (const float x : logits)
+    max_v = std::max(max_v, clean(x));
+  if (max_v == neg_inf)
+    return out; // nothing can be drawn: every entry stays at min_logprob
+
+  // One pass: the normalizer (fixed order, double) and the top_n best tokens
+  // in a heap whose front is the worst kept one.
+  auto* const top = out.top.data();
+  const auto before = [](const token_logprob& a, const token_logprob& b) noexcept {
+    return a.logprob > b.logprob || (a.logprob == b.logprob && a.token < b.token);
+  };
+  double total = 0.0;
+  std::uint32_t kept = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const float v = clean(logits[i]);
+    if (v == neg_inf)
+      continue;
+    total += std::exp((static_cast<double>(v) - max_v) * inv_t);
+    if (top_n == 0)
+      continue;
+    // Ranked by the cleaned logit: the same order as the probability.
+    const token_logprob cand{static_cast<backends::token_id>(i), v};
+    if (kept < top_n) {
+      top[kept++] = cand;
+      std::push_heap(top, top + kept, before);
+    } else if (before(cand, top[0])) {
+      std::pop_heap(top, top + kept, before);
+      top[kept - 1] = cand;
+      std::push_heap(top, top + kept, before);
+    }
+  }
+  std::sort_heap(top, top + kept, before);
+  out.top_count = kept;
+
+  const double log_total = std::log(total); // total >= 1: the max contributes exp(0)
+  const auto log_p = [&](float logit) noexcept {
+    const float v = clean(logit);
+    if (v == neg_inf)
+      return min_logprob;
+    const double lp = (static_cast<double>(v) - max_v) * inv_t - log_total;
+    return static_cast<float>(std::clamp(lp, static_cast<double>(min_logprob), 0.0));
+  };
+  for (std::uint32_t j = 0; j < kept; ++j)
+    top[j].logprob = log_p(logits[top[j].token]);
+  if (chosen < logits.size())
+    out.chosen.logprob = log_p(logits[chosen]);
+  return out;
 }
 
 } // namespace kvlane::actors

@@ -40,6 +40,11 @@ namespace kvlane::actors {
 
 inline constexpr float max_temperature = 100.0f;
 inline constexpr std::size_t max_stop_tokens = 16;
+/// The most alternatives a request may ask for per token (OpenAI's bound).
+inline constexpr std::uint32_t max_top_logprobs = 20;
+/// The log probability reported for a token that can never be drawn
+/// (OpenAI's convention; -inf has no JSON spelling).
+inline constexpr float min_logprob = -9999.0f;
 
 struct sampling_params {
   float temperature = 0.0f;  ///< 0 = greedy (argmax)
@@ -56,8 +61,29 @@ struct sampling_params {
   /// generated c > 0 times loses presence_penalty + c * frequency_penalty.
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  /// Report the log probability of every sampled token (sampler::last_logprobs()),
+  /// with the top_logprobs most likely alternatives (<= max_top_logprobs).
+  /// Off costs nothing: no extra pass over the logits.
+  bool logprobs = false;
+  std::uint32_t top_logprobs = 0;
 };
 inline constexpr float max_penalty = 2.0f;
+
+struct token_logprob {
+  backends::token_id token = 0;
+  float logprob = min_logprob; ///< natural log, in [min_logprob, 0]
+};
+
+/// The log probabilities of one sampled token and its most likely alternatives.
+/// Fixed size (no allocation) so it travels with the token by value.
+struct token_logprobs {
+  token_logprob chosen;
+  std::uint32_t top_count = 0;
+  std::array<token_logprob, max_top_logprobs> top{}; ///< most likely first, ties by lower id
+
+  std::span<const token_logprob> alternatives() const noexcept { return {top.data(), top_count}; }
+};
+static_assert(std::is_trivially_copyable_v<token_logprobs>);
 
 /// Checks `p` against the model's geometry. The error names the offending
 /// field and the value it had, e.g. "top_p must be in (0, 1], got 1.5".
@@ -89,6 +115,13 @@ public:
   // With a penalty set, the logits are first copied and penalised by the
   // counts of the tokens this sampler returned before (a sparse count table).
 
+  // With logprobs set, the same row (penalised, at the temperature) is also
+  // log-softmaxed for last_logprobs(); see log_probabilities().
+
+  /// The log probabilities of the token the last sample() returned; meaningful
+  /// only when params().logprobs is set.
+  const token_logprobs& last_logprobs() const noexcept { return logprobs_; }
+
   bool is_stop(backends::token_id t) const noexcept;
 
   /// Random numbers consumed so far (one per non-greedy sample() call);
@@ -117,6 +150,16 @@ private:
   std::vector<double> buckets_;       // probability mass per log-probability band (top-p)
   std::vector<float> penalised_;      // penalised copy of the row (penalties only)
   std::vector<std::pair<backends::token_id, std::uint32_t>> counts_; // returned tokens, sorted
+  token_logprobs logprobs_;           // of the last sampled token (logprobs only)
 };
+
+/// The log-softmax of `logits` at `temperature` (the distribution a token is
+/// drawn from before top-k and top-p truncate it; a temperature that is not
+/// positive and finite, i.e. greedy, counts as 1): the entry of `chosen` and
+/// the `top_n` (<= max_top_logprobs) most likely tokens. Non-finite logits are
+/// read as sample() reads them; impossible tokens report min_logprob and are
+/// never listed as alternatives. One pass over the row, no allocation.
+token_logprobs log_probabilities(std::span<const float> logits, float temperature,
+                                 backends::token_id chosen, std::uint32_t top_n) noexcept;
 
 } // namespace kvlane::actors

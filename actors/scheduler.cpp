@@ -2,6 +2,7 @@
 
 #include "actors/cost_model.hpp"
 #include "actors/exception_handler.hpp"
+#include "actors/fault_policy.hpp"
 #include "actors/lane.hpp"
 #include "actors/mlfq_policy.hpp"
 #include "actors/overlap_meter.hpp"
@@ -25,21 +26,19 @@ namespace {
 using clock = std::chrono::steady_clock;
 using actors::scheduler_mode;
 
-constexpr std::uint32_t max_step_failures = 3;
-
 /// Token block of the prefix index: matches are exact to the token (the index
 /// extends them past the last full block), so the block only sets the
 /// shortest findable prefix and the index's size (one key per 16 tokens).
 constexpr std::uint32_t reuse_block_tokens = 16;
-
-/// The owner of every entry when reuse is widened to all users (uids are 32-bit).
-constexpr std::uint64_t shared_owner = ~std::uint64_t{0};
 
 /// Stands for "a retained entry" in the owners the slot planner sees.
 constexpr seq_id retained_owner = 0;
 
 /// The scheduler's note to itself: plan the submits that arrived in a burst.
 using replan_atom = caf::atom_constant<caf::atom("replan")>;
+
+/// The scheduler's timer while the device is failing: the backoff is over.
+using probe_atom = caf::atom_constant<caf::atom("probe")>;
 
 
 seq_phase phase_of(kv_state s) {
@@ -70,9 +69,9 @@ struct sequence {
   bool in_step = false;
   bool cancelled = false; ///< cancel arrived while a lane works on it
   mlfq_position position;
-  std::uint32_t step_failures = 0;
   std::uint32_t preemptions = 0;
   std::uint32_t reuse_len = 0; ///< loading a retained snapshot: roll back to this length
+  std::uint32_t reused = 0;    ///< positions its last admission took from retained KV
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
 
   explicit sequence(const submission& s)
@@ -110,6 +109,10 @@ struct scheduler_state {
   bool plan_stale = false;    ///< submits arrived since the last plan
 
   overlap_meter overlap; ///< how much transfer time the steps hid
+
+  fault_policy faults;            ///< what failed steps lead to (actors/fault_policy)
+  bool probe_timer_armed = false; ///< a probe_atom is on its way
+  std::string last_step_error;    ///< the backend's message for the last failed step
 
   reuse_policy reuse;
   retention retained{reuse_block_tokens, 1};
@@ -177,27 +180,7 @@ public:
     const double ms = ms_between(done.start, done.end);
     auto& plan = *done.plan;
     if (done.error) {
-      ++st_.stats.step_failures;
-      st_.log->warn("model '{}': step {} with {} rows failed: {} ({})", st_.setup.model,
-                    plan.number, plan.seqs.size(), done.error->message,
-                    backends::to_string(done.error->code));
-      // The backend advanced no slot: the same rows can run again.
-      for (auto id : plan.seqs) {
-        auto* s = find(id);
-        if (!s)
-          continue;
-        s->in_step = false;
-        if (s->cancelled) {
-          release_slot(*s);
-          finish(*s, end_reason::cancelled, "cancelled");
-        } else if (++s->step_failures >= max_step_failures) {
-          release_slot(*s);
-          finish(*s, end_reason::error,
-                 fmt::format("the NPU failed {} steps in a row: {}", s->step_failures,
-                             done.error->message));
-        }
-      }
-      schedule();
+      on_step_failed(plan, *done.error);
       return;
     }
 
@@ -209,12 +192,16 @@ public:
     st_.stats.step_busy_ms += ms;
     st_.overlap.add_step(done.start, done.end);
 
+    // Before the rows are processed: a row that ends below must not end the
+    // fault policy's isolation round as if it had not run.
+    const auto before = st_.faults.health();
+    auto verdict = st_.faults.step_succeeded(plan.seqs, clock::now());
+    note_health(before);
     for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
       auto* s = find(plan.seqs[i]);
       if (!s)
         continue;
       s->in_step = false;
-      s->step_failures = 0;
       s->kv_len += static_cast<std::uint32_t>(plan.rows[i].tokens.size());
       if (s->cancelled) {
         release_slot(*s);
@@ -233,13 +220,23 @@ public:
       s->tokens.push_back(tok);
       ++s->generated;
       ++st_.stats.tokens_generated;
-      self_->send(s->session, tokens_atom::value, std::vector<token_id>{tok});
+      if (s->smp.params().logprobs)
+        self_->send(s->session, tokens_atom::value, std::vector<token_id>{tok},
+                    std::vector<token_logprobs>{s->smp.last_logprobs()});
+      else
+        self_->send(s->session, tokens_atom::value, std::vector<token_id>{tok});
       if (s->generated >= s->smp.params().max_tokens) {
         retain_or_release(*s);
         finish(*s, end_reason::length, {});
       }
     }
+    apply_fault_actions(verdict);
     age_waiting();
+    schedule();
+  }
+
+  void on_probe() {
+    st_.probe_timer_armed = false;
     schedule();
   }
 
@@ -308,6 +305,7 @@ public:
         if (done.job.keep_snapshot) {
           ++st_.stats.reuse_hits;
           st_.stats.reused_tokens += s->reuse_len;
+          s->reused = s->reuse_len;
         }
       }
       s->reuse_len = 0;
@@ -410,9 +408,58 @@ public:
     out.step_per_token_ms = st_.costs.step_per_token_ms().value_or(0);
     out.dump_ms = st_.costs.dump_ms(full).value_or(0);
     out.load_ms = st_.costs.load_ms(full).value_or(0);
+    out.device = st_.faults.health();
+    out.device_backoff_ms = static_cast<double>(st_.faults.backoff().count());
+    out.faults = st_.faults.counters();
     out.retained = static_cast<std::uint32_t>(st_.retained.size());
     for (auto& w : st_.warm)
       out.retained_warm += w.has_value();
+    const auto now = clock::now();
+    for (const auto id : st_.retained.ids()) {
+      const auto info = describe_retained(*st_.retained.find(id), now);
+      if (info.stored) {
+        ++out.retained_stored;
+        out.retained_store_bytes += info.bytes;
+      } else {
+        out.retained_warm_bytes += info.bytes;
+      }
+    }
+    return out;
+  }
+
+  // -- retained KV for the admin (kvlane cache ls / drop) ------------------------
+
+  std::vector<retained_info> list_retained() const {
+    std::vector<retained_info> out;
+    const auto now = clock::now();
+    for (const auto id : st_.retained.ids())
+      out.push_back(describe_retained(*st_.retained.find(id), now));
+    return out;
+  }
+
+  /// Removes the selected entries and frees what they hold. Slots free at
+  /// once, except those being dumped (freed, with their snapshot, when the
+  /// dump ends).
+  retained_drop_result drop_retained(const retained_drop_request& req) {
+    retained_drop_result out;
+    for (const auto id : st_.retained.ids()) {
+      if (!selected_by(req, *st_.retained.find(id)))
+        continue;
+      auto e = st_.retained.erase(id);
+      ++out.entries;
+      out.tokens += e->kv_len;
+      out.slots += e->slot && !e->dumping;
+      if (e->snapshot) {
+        ++out.snapshots;
+        out.store_bytes += store_bytes_of(e->kv_len);
+      }
+      discard(e->slot, e->snapshot, e->dumping);
+      ++st_.stats.retained_admin_dropped;
+    }
+    if (out.entries > 0)
+      st_.log->info("model '{}': dropped {} retained entries on request ({} slots, {} snapshots, "
+                    "{} store bytes)",
+                    st_.setup.model, out.entries, out.slots, out.snapshots, out.store_bytes);
     return out;
   }
 
@@ -477,6 +524,7 @@ private:
     end.prompt_tokens = s.prompt_len;
     end.generated_tokens = s.generated;
     end.preemptions = s.preemptions;
+    end.cached_tokens = std::min(s.reused, s.prompt_len);
     self_->send(s.session, end_atom::value, std::move(end));
     s.session = {};
   }
@@ -489,7 +537,9 @@ private:
     }
     finish_stream(s, reason, std::move(message));
     notify(s, seq_phase::ended);
-    st_.seqs.erase(s.id); // `s` dies here
+    const auto id = s.id;
+    st_.seqs.erase(id); // `s` dies here
+    forget_faults_of(id);
   }
 
   void take_slot(sequence& s, slot_id slot) {
@@ -530,6 +580,7 @@ private:
                                         slot, {}, clock::now(), dropped);
     for (const auto& d : dropped)
       discard(d.slot, d.snapshot, d.dumping);
+    st_.stats.retained_superseded += dropped.size();
     release_slot(s);
     if (id)
       st_.warm[slot] = *id;
@@ -543,6 +594,35 @@ private:
       (void)st_.setup.store->free(*snapshot);
     if (slot && !dumping)
       st_.warm[*slot].reset();
+  }
+
+  /// Whether a drop request covers `e`: every selector that is set matches.
+  static bool selected_by(const retained_drop_request& req, const retained_entry& e) {
+    return !req.id || *req.id == e.id;
+  }
+
+  /// Store bytes a snapshot of `kv_len` positions is charged (the store
+  /// rounds every reservation up to its granularity).
+  std::uint64_t store_bytes_of(std::uint32_t kv_len) const {
+    const auto g = st_.setup.store->granularity();
+    const auto bytes = st_.setup.backend->snapshot_size(kv_len);
+    return (bytes + g - 1) / g * g;
+  }
+
+  retained_info describe_retained(const retained_entry& e, clock::time_point now) const {
+    retained_info i;
+    i.id = e.id;
+    i.model = st_.setup.model;
+    i.owner = e.scope.owner;
+    i.session = e.session;
+    i.tokens = e.kv_len;
+    i.slot = e.slot ? static_cast<std::int32_t>(*e.slot) : -1;
+    i.stored = e.snapshot.has_value();
+    i.dumping = e.dumping;
+    i.bytes = i.stored ? store_bytes_of(e.kv_len) : st_.setup.backend->snapshot_size(e.kv_len);
+    i.hits = e.hits;
+    i.idle_ms = ms_between(e.last_use, now);
+    return i;
   }
 
   void drop_all_retained() {
@@ -581,6 +661,7 @@ private:
     st_.retained.slot_released(m.entry);
     take_slot(s, slot);
     s.kv_len = m.length;
+    s.reused = m.length;
     ++st_.stats.reuse_hits;
     ++st_.stats.reuse_warm_hits;
     st_.stats.reused_tokens += m.length;
@@ -777,10 +858,17 @@ private:
 
   // -- the planner -----------------------------------------------------------------
 
+  // While a step fault is being handled nothing is admitted or preempted
+  // (the rows under retry or isolation keep their slots); a failing device
+  // with no resident sequence admits one, for the probe step.
   void schedule() {
     st_.plan_stale = false;
-    if (!st_.shutting_down)
-      plan_slots();
+    if (!st_.shutting_down) {
+      if (st_.faults.admits())
+        plan_slots();
+      else if (probe_needs_a_sequence())
+        plan_slots(1);
+    }
     maybe_step();
   }
 
@@ -829,9 +917,12 @@ private:
     scheduler_logic& logic_;
   };
 
-  void plan_slots() {
+  /// Plans slots for the `limit` best ranked sequences (0: all).
+  void plan_slots(std::size_t limit = 0) {
     expire_idle();
     auto order = ranked();
+    if (limit != 0 && order.size() > limit)
+      order.resize(limit);
     take_warm_hits(order);
     reclaim_warm(order);
     std::vector<slot_candidate> candidates;
@@ -921,6 +1012,7 @@ private:
     take_slot(s, slot);
     if (s.state == kv_state::queued) {
       s.kv_len = 0;
+      s.reused = 0;
       if (reuse_retained(s))
         return;
       set_state(s, kv_state::resident); // prefill (or recompute) from position 0
@@ -964,12 +1056,32 @@ private:
   void maybe_step() {
     if (st_.step_in_flight)
       return;
+    const auto now = clock::now();
+    const auto next = st_.faults.next(now);
+    if (next.what == next_step::kind::wait) {
+      arm_probe_timer(next.until - now);
+      return;
+    }
+    // A retry runs the failed step's rows again, an isolation step one of them.
+    const bool only_listed = next.what != next_step::kind::compose;
     std::vector<step_candidate> candidates;
     for (auto& [id, s] : st_.seqs) {
       if (s->state != kv_state::resident || s->cancelled || s->in_step)
         continue;
+      if (only_listed && std::find(next.rows.begin(), next.rows.end(), id) == next.rows.end())
+        continue;
       candidates.push_back(
         {id, &s->position, s->kv_len, static_cast<std::uint32_t>(s->tokens.size())});
+    }
+    if (only_listed && candidates.empty()) {
+      // Every sequence that leaves its slot is forgotten by the policy, so
+      // this cannot happen; if it does, end the episode rather than stall.
+      st_.log->error("model '{}': the rows to {} are not resident; resuming normal steps",
+                     st_.setup.model, next.what == next_step::kind::retry ? "retry" : "isolate");
+      for (auto id : next.rows)
+        apply_fault_actions(st_.faults.forget(id, now));
+      maybe_step();
+      return;
     }
     auto rows = compose_step(candidates, {st_.max_step_tokens, st_.info.max_prefill_chunk});
     if (rows.empty())
@@ -1007,6 +1119,96 @@ private:
         });
   }
 
+  // -- step faults (actors/fault_policy, docs/scheduling.md "Failures") --------
+
+  void on_step_failed(const step_plan& plan, const backends::backend_error& error) {
+    ++st_.stats.step_failures;
+    st_.last_step_error = error.message;
+    const auto before = st_.faults.health();
+    auto actions = st_.faults.step_failed(plan.seqs, clock::now());
+    st_.log->warn("model '{}': step {} with {} rows failed: {} ({}); device {}", st_.setup.model,
+                  plan.number, plan.seqs.size(), error.message, backends::to_string(error.code),
+                  to_string(st_.faults.health()));
+    note_health(before);
+    // The backend advanced no slot: the same rows can run again.
+    for (auto id : plan.seqs) {
+      auto* s = find(id);
+      if (!s)
+        continue;
+      s->in_step = false;
+      if (s->cancelled) {
+        release_slot(*s);
+        finish(*s, end_reason::cancelled, "cancelled");
+      }
+    }
+    apply_fault_actions(actions);
+    schedule();
+  }
+
+  void note_health(device_health before) {
+    const auto now = st_.faults.health();
+    if (now == before)
+      return;
+    if (now == device_health::failing)
+      st_.log->error("model '{}': the device fails every row alone; admission paused, next "
+                     "step in {} ms",
+                     st_.setup.model, st_.faults.backoff().count());
+    else
+      st_.log->info("model '{}': device {} (was {})", st_.setup.model, to_string(now),
+                    to_string(before));
+  }
+
+  void apply_fault_actions(const fault_actions& actions) {
+    for (auto id : actions.recompute) {
+      auto* s = find(id);
+      if (!s || s->state != kv_state::resident || s->in_step)
+        continue;
+      st_.log->warn("model '{}': sequence {} failed alone in a step; recomputing it: {}",
+                    st_.setup.model, id, st_.last_step_error);
+      release_slot(*s);
+      drop_kv(*s);
+    }
+    for (const auto& f : actions.fail_row)
+      fail_for_fault(f.id, fmt::format("the NPU failed this request's step row {} times when it "
+                                       "ran alone, recomputing it in between: {}",
+                                       f.failures, st_.last_step_error));
+    for (const auto& f : actions.fail_device)
+      fail_for_fault(f.id, fmt::format("the NPU failed {} steps in a row that carried this "
+                                       "request, backing off in between: {}",
+                                       f.failures, st_.last_step_error));
+  }
+
+  void fail_for_fault(seq_id id, std::string message) {
+    auto* s = find(id);
+    if (!s || s->in_step || s->state != kv_state::resident)
+      return;
+    st_.log->warn("model '{}': sequence {} fails: {}", st_.setup.model, id, message);
+    release_slot(*s);
+    finish(*s, end_reason::error, std::move(message));
+  }
+
+  void forget_faults_of(seq_id id) {
+    apply_fault_actions(st_.faults.forget(id, clock::now()));
+  }
+
+  bool probe_needs_a_sequence() const {
+    if (st_.faults.health() != device_health::failing || st_.step_in_flight
+        || st_.faults.next(clock::now()).what == next_step::kind::wait)
+      return false;
+    for (auto& [id, s] : st_.seqs)
+      if (s->state == kv_state::resident || s->state == kv_state::loading)
+        return false;
+    return true;
+  }
+
+  void arm_probe_timer(clock::duration in) {
+    if (st_.probe_timer_armed)
+      return;
+    st_.probe_timer_armed = true;
+    self_->delayed_send(self_, std::chrono::ceil<std::chrono::microseconds>(in),
+                        probe_atom::value);
+  }
+
   scheduler_actor* self_;
   scheduler_state& st_;
 };
@@ -1034,6 +1236,7 @@ void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
   st.spare = p.spare_slots;
   st.costs.set_alpha(p.ewma_alpha);
   st.costs.fix(p.fixed_costs);
+  st.faults.set_knobs(p.faults);
 }
 
 caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
@@ -1067,6 +1270,11 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   return {
     [self](submit_atom, submission_ptr s) { scheduler_logic{self}.on_submit(*s); },
     [self](replan_atom) { scheduler_logic{self}.on_replan(); },
+    [self](probe_atom) {
+      scheduler_logic logic{self};
+      logic.catch_up();
+      logic.on_probe();
+    },
     [self](cancel_atom, seq_id id) {
       scheduler_logic logic{self};
       logic.catch_up();
@@ -1103,6 +1311,18 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
       scheduler_logic logic{self};
       logic.catch_up();
       return std::make_shared<const std::vector<sequence_info>>(logic.list());
+    },
+    [self](cache_list_atom) -> retained_list_ptr {
+      scheduler_logic logic{self};
+      logic.catch_up();
+      return std::make_shared<const std::vector<retained_info>>(logic.list_retained());
+    },
+    [self](cache_drop_atom, retained_drop_request req) -> retained_drop_result {
+      scheduler_logic logic{self};
+      logic.catch_up();
+      auto freed = logic.drop_retained(req);
+      logic.reschedule(); // freed slots may admit waiting sequences
+      return freed;
     },
     [self](shutdown_atom, std::string why) -> bool {
       scheduler_logic logic{self};

@@ -23,6 +23,7 @@
 // Threading: a CAF event-based actor; all state is its own. Blocking calls
 // happen only in its two detached lanes.
 
+#include "actors/fault_policy.hpp"
 #include "actors/lane.hpp"
 #include "actors/messages.hpp"
 #include "actors/policy.hpp"
@@ -34,7 +35,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace kvlane::actors {
 
@@ -80,6 +83,10 @@ struct scheduler_stats {
   std::uint64_t preemptions = 0, swaps = 0, recomputes = 0;
   std::uint64_t dumps = 0, loads = 0, snapshots_lost = 0;
   std::uint64_t step_failures = 0, dump_failures = 0, load_failures = 0;
+  /// Step faults (actors/fault_policy, docs/scheduling.md "Failures").
+  device_health device = device_health::healthy;
+  double device_backoff_ms = 0;    ///< the current wait while failing, else 0
+  fault_counters faults;           ///< retries, isolated rows, row faults, backoffs
   double step_busy_ms = 0;     ///< compute lane busy in steps
   double transfer_ms = 0;      ///< transfer time in total
   double dump_ms_total = 0, load_ms_total = 0;
@@ -98,6 +105,11 @@ struct scheduler_stats {
   std::uint64_t retained_dropped = 0; ///< warm entries dropped to free their slot at once
   std::uint64_t retained_lost = 0;    ///< stored entries evicted by the store or lost
   std::uint64_t retained_expired = 0; ///< entries dropped by the idle TTL
+  std::uint64_t retained_superseded = 0; ///< entries replaced by a longer one of the same scope
+  std::uint64_t retained_admin_dropped = 0; ///< entries dropped by `kvlane cache drop`
+  std::uint32_t retained_stored = 0;       ///< entries whose copy is sealed in the store
+  std::uint64_t retained_warm_bytes = 0;   ///< KV bytes the warm entries cover in their slots
+  std::uint64_t retained_store_bytes = 0;  ///< store bytes charged to the stored entries
 };
 
 using scheduler_stats_ptr = std::shared_ptr<const scheduler_stats>;
@@ -118,6 +130,52 @@ struct sequence_info {
 };
 using sequence_list_ptr = std::shared_ptr<const std::vector<sequence_info>>;
 using list_atom = caf::atom_constant<caf::atom("list")>;
+
+/// One retained entry (a finished request's KV kept for reuse), for
+/// `kvlane cache ls`.
+struct retained_info {
+  std::uint64_t id = 0;    ///< unique within its model
+  std::string model;
+  std::uint64_t owner = 0; ///< peer uid allowed to reuse it; shared_owner when reuse is widened
+  std::string session;     ///< conversation name, empty if none
+  std::uint32_t tokens = 0; ///< positions the KV covers
+  std::int32_t slot = -1;   ///< warm in this slot, -1 if not
+  bool stored = false;      ///< a sealed copy is in the store
+  bool dumping = false;     ///< the warm copy is being copied to the store
+  std::uint64_t bytes = 0;  ///< store bytes when stored, else the KV bytes in the slot
+  double idle_ms = 0;       ///< since it was kept or last reused
+  std::uint64_t hits = 0;   ///< requests it served
+};
+using retained_list_ptr = std::shared_ptr<const std::vector<retained_info>>;
+
+/// The owner of a retained entry when reuse is widened to every user.
+inline constexpr std::uint64_t shared_owner = ~std::uint64_t{0};
+
+/// The owner of requests that come without a peer uid (the HTTP API): they
+/// reuse each other's KV, never a local user's (uids are 32-bit).
+inline constexpr std::uint64_t http_owner = std::uint64_t{1} << 32;
+
+/// Replies with every retained entry of the model, by id.
+using cache_list_atom = caf::atom_constant<caf::atom("cachels")>;
+
+/// Which retained entries `kvlane cache drop` removes: those that every set
+/// selector matches (none set: every entry of the model).
+struct retained_drop_request {
+  std::optional<std::uint64_t> id;
+};
+
+/// What a drop freed. Slots of entries being dumped free when the dump ends
+/// (their snapshot is freed then too): they count in `entries`, not in `slots`.
+struct retained_drop_result {
+  std::uint32_t entries = 0;
+  std::uint32_t slots = 0;
+  std::uint32_t snapshots = 0;
+  std::uint64_t tokens = 0;
+  std::uint64_t store_bytes = 0;
+};
+
+/// Drops retained entries (retained_drop_request); replies retained_drop_result.
+using cache_drop_atom = caf::atom_constant<caf::atom("cachedrop")>;
 
 /// Spawns the scheduler with its compute and transfer lanes (linked: they
 /// stop with it).
@@ -146,5 +204,8 @@ using crash_atom = caf::atom_constant<caf::atom("crash")>;
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::scheduler_stats_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::sequence_list_ptr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::retained_list_ptr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::retained_drop_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::retained_drop_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::scheduler_policy)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvlane::actors::reuse_policy)

@@ -45,6 +45,20 @@ void finish(caf::stateful_actor<session_state>* self, stream_end end) {
   self->quit();
 }
 
+/// Hands tokens (and, when the request asked, their log probabilities) to the sink.
+void deliver(caf::stateful_actor<session_state>* self, std::span<const token_id> tokens,
+             std::span<const token_logprobs> logprobs) {
+  auto& st = self->state;
+  auto now = clock::now();
+  if (st.delivered == 0)
+    st.first_token = now;
+  st.last_token = now;
+  st.delivered += tokens.size();
+  if (!logprobs.empty())
+    st.sink->on_logprobs(logprobs);
+  st.sink->on_tokens(tokens);
+}
+
 caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
                                std::shared_ptr<stream_sink> sink, clock::time_point submitted,
                                session_owner owner, end_hook on_end) {
@@ -72,15 +86,9 @@ caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
   });
   self->set_exception_handler(log_and_stop("scheduler", spdlog::level::err, "session"));
   return {
-    [self](tokens_atom, const std::vector<token_id>& tokens) {
-      auto& st = self->state;
-      auto now = clock::now();
-      if (st.delivered == 0)
-        st.first_token = now;
-      st.last_token = now;
-      st.delivered += tokens.size();
-      st.sink->on_tokens(tokens);
-    },
+    [self](tokens_atom, const std::vector<token_id>& tokens) { deliver(self, tokens, {}); },
+    [self](tokens_atom, const std::vector<token_id>& tokens,
+           const std::vector<token_logprobs>& logprobs) { deliver(self, tokens, logprobs); },
     [self](end_atom, stream_end end) { finish(self, std::move(end)); },
   };
 }

@@ -31,6 +31,9 @@ class stream_sink {
 public:
   virtual ~stream_sink() = default;
   virtual void on_tokens(std::span<const token_id> tokens) = 0;
+  /// Only for a request with sampling_params::logprobs: called just before
+  /// on_tokens() with one entry per token of that call, in order.
+  virtual void on_logprobs(std::span<const token_logprobs> /*logprobs*/) {}
   virtual void on_end(const stream_end& end) = 0;
 };
 

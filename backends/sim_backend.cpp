@@ -325,6 +325,8 @@ std::optional<std::string> validate(const sim_options& o) {
              + ") must be within [0, 1]";
     if (!valid_code(f->code))
       return std::string("sim.faults.") + key + ".code has an unknown value";
+    if (f->fail_token >= 0 && f != &o.step_faults)
+      return std::string("sim.faults.") + key + ".fail_token applies to steps only";
   }
   return std::nullopt;
 }
@@ -473,6 +475,29 @@ std::optional<backend_error> sim_backend::take_fault(sim_op op) {
                                  + std::string(to_string(op)) + " call " + std::to_string(call)};
 }
 
+std::optional<backend_error> sim_backend::take_token_fault(std::span<const step_row> rows) {
+  auto& f = faults_[op_index(sim_op::step)];
+  std::int64_t poison = -1;
+  backend_errc code{};
+  {
+    std::lock_guard lock(f.mutex);
+    poison = f.spec.fail_token;
+    code = f.spec.code;
+  }
+  if (poison < 0)
+    return std::nullopt;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& t = rows[i].tokens;
+    if (std::find(t.begin(), t.end(), static_cast<token_id>(poison)) == t.end())
+      continue;
+    injected_faults_.fetch_add(1, std::memory_order_relaxed);
+    return backend_error{code, "sim: injected " + std::string(to_string(code)) + " on step row "
+                                   + std::to_string(i) + " (slot " + std::to_string(rows[i].slot)
+                                   + ") carrying token " + std::to_string(poison)};
+  }
+  return std::nullopt;
+}
+
 void sim_backend::finish_at(std::int64_t start_ns, double wall_ns, bool transfer) {
   if (opts_.overlap != transfer_overlap::shared) {
     sleep_until_ns(start_ns + std::llround(wall_ns));
@@ -529,6 +554,8 @@ void sim_backend::write_logits(slot_id slot, std::uint32_t last_pos, std::span<f
 
 expected<void, backend_error> sim_backend::step(std::span<const step_row> rows, step_output& out) {
   if (auto fault = take_fault(sim_op::step))
+    return unexpected(std::move(*fault));
+  if (auto fault = take_token_fault(rows))
     return unexpected(std::move(*fault));
   if (rows.empty())
     return unexpected(invalid("step: no rows"));

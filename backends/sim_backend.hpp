@@ -110,6 +110,8 @@ private:
 
   /// Counts a call of `op`; returns the error to report if it must fail.
   std::optional<backend_error> take_fault(sim_op op);
+  /// The error to report if a row of the step carries the step fault's token.
+  std::optional<backend_error> take_token_fault(std::span<const step_row> rows);
 
   /// Sleeps until an operation of `wall_ns` (modeled, already scaled), begun
   /// at `start`, is over, honouring the overlap mode. `transfer` says which

@@ -44,13 +44,16 @@ status parse_fault(const reporter& r, const section& faults, std::string_view op
   if (*table == nullptr)
     return {};
   const section s{**table, faults.key(op)};
-  KVLANE_CONFIG_TRY(check_keys(r, s, {"fail_nth", "fail_rate", "code", "crash_nth"}));
+  KVLANE_CONFIG_TRY(
+    check_keys(r, s, {"fail_nth", "fail_rate", "code", "crash_nth", "fail_token"}));
   KVLANE_CONFIG_TRY(
     read_int(r, s, "fail_nth", out.fail_nth, 0, std::numeric_limits<std::int64_t>::max()));
   KVLANE_CONFIG_TRY(read_real(r, s, "fail_rate", out.fail_rate, unit_interval));
   KVLANE_CONFIG_TRY(read_choice(r, s, "code", out.code, codes));
   KVLANE_CONFIG_TRY(
     read_int(r, s, "crash_nth", out.crash_nth, 0, std::numeric_limits<std::int64_t>::max()));
+  KVLANE_CONFIG_TRY(read_int(r, s, "fail_token", out.fail_token, -1,
+                             std::int64_t{std::numeric_limits<token_id>::max()}));
   return {};
 }
 

@@ -28,6 +28,9 @@ struct fault_spec {
   /// Throw std::runtime_error from exactly the Nth call (a driver bug rather
   /// than a reported error: the calling lane dies); 0 = off.
   std::uint64_t crash_nth = 0;
+  /// Steps only: fail every step that carries this token in any of its rows
+  /// (a request whose input the device rejects, wherever it runs); -1 = off.
+  std::int64_t fail_token = -1;
 
   friend bool operator==(const fault_spec&, const fault_spec&) = default;
 };

@@ -1,7 +1,12 @@
 #include "daemon/admin_commands.hpp"
 
+#include "common/model_name.hpp"
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+
+#include <limits>
 
 namespace kvlane::daemon {
 
@@ -58,6 +63,38 @@ std::vector<actors::scheduler_stats> all_stats(const admin_services& s) {
   return out;
 }
 
+/// A model's conversation reuse figures (docs/admin.md, `status`).
+json reuse_of(const actors::scheduler_stats& st) {
+  return {{"entries", st.retained},
+          {"warm", st.retained_warm},
+          {"stored", st.retained_stored},
+          {"warm_bytes", st.retained_warm_bytes},
+          {"store_bytes", st.retained_store_bytes},
+          {"hits_warm", st.reuse_warm_hits},
+          {"hits_load", st.reuse_hits - st.reuse_warm_hits},
+          {"recomputed", st.reuse_recomputed},
+          {"reused_tokens", st.reused_tokens},
+          {"prefill_tokens", st.prefill_tokens},
+          {"dumps", st.retained_dumps},
+          {"evictions",
+           {{"slot", st.retained_dropped},
+            {"store", st.retained_lost},
+            {"ttl", st.retained_expired},
+            {"superseded", st.retained_superseded},
+            {"admin", st.retained_admin_dropped}}}};
+}
+
+/// How the model's device behaves (docs/scheduling.md, "Failures").
+json device_json(const actors::scheduler_stats& st) {
+  return {{"state", actors::to_string(st.device)},
+          {"backoff_ms", st.device_backoff_ms},
+          {"step_failures", st.step_failures},
+          {"step_retries", st.faults.step_retries},
+          {"isolated_rows", st.faults.isolated_rows},
+          {"row_faults", st.faults.row_faults},
+          {"backoffs", st.faults.backoffs}};
+}
+
 json status(const admin_services& s) {
   auto uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started);
   json models = json::array();
@@ -67,6 +104,7 @@ json status(const admin_services& s) {
     models.push_back({{"name", st.model},
                       {"state", st.failed_model ? "failed" : "serving"},
                       {"error", st.failure},
+                      {"device", device_json(st)},
                       {"compute_busy", m && busy(m->compute_heartbeat)},
                       {"transfer_busy", m && busy(m->transfer_heartbeat)},
                       {"slots", st.slots},
@@ -89,9 +127,11 @@ json status(const admin_services& s) {
                       {"swaps", st.swaps},
                       {"recomputes", st.recomputes},
                       {"transfer_s", st.transfer_ms / 1000},
-                      {"transfer_hidden_s", st.transfer_hidden_ms / 1000}});
+                      {"transfer_hidden_s", st.transfer_hidden_ms / 1000},
+                      {"reuse", reuse_of(st)}});
   }
   auto store = s.engine->store_stats();
+  const auto conv = s.sessions ? s.sessions->stats() : session_table_stats{};
   return {{"version", s.version},
           {"uptime_s", uptime.count()},
           {"mode", s.mode},
@@ -107,7 +147,20 @@ json status(const admin_services& s) {
             {"snapshots", store.snapshots},
             {"peak_used_bytes", store.peak_used_bytes},
             {"peak_snapshots", store.peak_snapshots},
-            {"evictions", store.evictions}}}};
+            {"evictions", store.evictions},
+            {"parked_evictions", store.parked_evictions},
+            {"retained_evictions", store.retained_evictions},
+            {"retained_share_evictions", store.retained_share_evictions},
+            {"retained_bytes", store.retained_bytes},
+            {"retained_snapshots", store.retained_snapshots},
+            {"retained_limit_bytes", store.retained_limit_bytes}}},
+          {"sessions",
+           {{"sessions", conv.sessions},
+            {"running", conv.running},
+            {"history_tokens", conv.history_tokens},
+            {"evicted", conv.evicted},
+            {"expired", conv.expired},
+            {"dropped", conv.dropped}}}};
 }
 
 json ps(const admin_services& s) {
@@ -124,7 +177,142 @@ json ps(const admin_services& s) {
                     {"preemptions", q.preemptions},
                     {"slot", q.slot},
                     {"age_s", q.age_ms / 1000}});
-  return {{"sequences", std::move(seqs)}};
+  // Per model retained KV, as fresh as the list (a model that does not
+  // answer in time is left out rather than failing the whole listing).
+  json retained = json::array();
+  for (auto& m : s.engine->models()) {
+    const auto fresh = s.engine->stats(m.name);
+    if (!fresh)
+      continue;
+    const auto& st = *fresh;
+    retained.push_back({{"model", st.model},
+                        {"entries", st.retained},
+                        {"warm", st.retained_warm},
+                        {"stored", st.retained_stored},
+                        {"warm_bytes", st.retained_warm_bytes},
+                        {"store_bytes", st.retained_store_bytes}});
+  }
+  return {{"sequences", std::move(seqs)}, {"retained", std::move(retained)}};
+}
+
+std::string optional_model(const json& req) {
+  return req.contains("model") ? string_field(req, "model") : std::string{};
+}
+
+json cache_ls(const json& req, const admin_services& s) {
+  auto entries = s.engine->list_retained(optional_model(req));
+  if (!entries)
+    throw command_error{entries.error().starts_with("unknown model") ? "not_found" : "failed",
+                        entries.error()};
+  json out = json::array();
+  for (auto& e : *entries)
+    out.push_back({{"id", e.id},
+                   {"model", e.model},
+                   {"owner", e.owner == actors::shared_owner ? json("all")
+                             : e.owner == actors::http_owner  ? json("http")
+                                                              : json(e.owner)},
+                   {"session", e.session},
+                   {"tokens", e.tokens},
+                   {"where", e.stored ? "store" : "slot"},
+                   {"slot", e.slot},
+                   {"dumping", e.dumping},
+                   {"bytes", e.bytes},
+                   {"idle_s", e.idle_ms / 1000},
+                   {"hits", e.hits}});
+  return {{"entries", std::move(out)}};
+}
+
+/// Which entries a cache-drop selects: exactly one of `all` (true) or `id`.
+/// A new selector (e.g. a session name) is one more branch here and one more
+/// field of retained_drop_request.
+actors::retained_drop_request drop_selector(const json& req) {
+  const bool all = req.contains("all");
+  const bool by_id = req.contains("id");
+  if (all + by_id != 1)
+    throw command_error{"bad_request", "cache-drop needs exactly one of 'all' (true) or 'id'"};
+  actors::retained_drop_request out;
+  if (all) {
+    if (const auto& v = field(req, "all"); !v.is_boolean() || !v.get<bool>())
+      throw command_error{"bad_field", "field 'all' must be true"};
+  } else {
+    out.id = id_field(req, "id");
+  }
+  return out;
+}
+
+json cache_drop(const json& req, const admin_services& s) {
+  const auto selector = drop_selector(req);
+  auto model = optional_model(req);
+  std::vector<std::string> models;
+  if (!model.empty()) {
+    models.push_back(model);
+  } else if (selector.id) {
+    // Entry ids are unique within a model: find the one model that holds it.
+    auto entries = s.engine->list_retained();
+    if (!entries)
+      throw command_error{"failed", entries.error()};
+    for (auto& e : *entries)
+      if (e.id == *selector.id)
+        models.push_back(e.model);
+    if (models.size() > 1)
+      throw command_error{"bad_request",
+                          fmt::format("retained entry {} exists in models {}: name one with 'model'",
+                                      *selector.id, fmt::join(models, ", "))};
+  } else {
+    for (auto& m : s.engine->models())
+      if (!m.health->failed())
+        models.push_back(m.name);
+  }
+  json dropped = json::array();
+  actors::retained_drop_result total;
+  for (auto& name : models) {
+    auto r = s.engine->drop_retained(name, selector);
+    if (!r)
+      throw command_error{r.error().starts_with("unknown model") ? "not_found" : "failed", r.error()};
+    total.entries += r->entries;
+    total.slots += r->slots;
+    total.snapshots += r->snapshots;
+    total.tokens += r->tokens;
+    total.store_bytes += r->store_bytes;
+    dropped.push_back({{"model", name},
+                       {"entries", r->entries},
+                       {"slots", r->slots},
+                       {"snapshots", r->snapshots},
+                       {"tokens", r->tokens},
+                       {"store_bytes", r->store_bytes}});
+  }
+  if (selector.id && total.entries == 0)
+    throw command_error{"not_found", fmt::format("no retained entry with id {}", *selector.id)};
+  return {{"dropped", std::move(dropped)},
+          {"entries", total.entries},
+          {"slots", total.slots},
+          {"snapshots", total.snapshots},
+          {"tokens", total.tokens},
+          {"store_bytes", total.store_bytes}};
+}
+
+/// cache-drop-session {session, uid, model?}: forgets one user's conversation
+/// (its history; its retained KV ages out under the [reuse] rules).
+json drop_session(const json& req, const admin_services& s) {
+  auto name = string_field(req, "session");
+  if (!valid_model_name(name))
+    throw command_error{"bad_field", "field 'session' must be 1 to 64 characters of [A-Za-z0-9._-]"};
+  const auto uid = id_field(req, "uid");
+  if (uid > std::numeric_limits<std::uint32_t>::max())
+    throw command_error{"bad_field", fmt::format("field 'uid' {} is not a user id", uid)};
+  std::string model;
+  if (req.contains("model"))
+    model = string_field(req, "model");
+  if (model.empty() && !s.engine->models().empty())
+    model = s.engine->models().front().name;
+  if (s.engine->find_model(model) == nullptr)
+    throw command_error{"not_found", fmt::format("unknown model '{}'", model)};
+  if (s.sessions == nullptr)
+    throw command_error{"failed", "this daemon keeps no sessions"};
+  if (!s.sessions->drop(session_key{static_cast<std::uint32_t>(uid), model, name}))
+    throw command_error{"not_found", fmt::format("uid {} has no session '{}' of model '{}'", uid,
+                                                 name, model)};
+  return {{"dropped", name}, {"uid", uid}, {"model", model}};
 }
 
 json dispatch(const std::string& cmd, const json& req, const admin_services& s) {
@@ -165,9 +353,16 @@ json dispatch(const std::string& cmd, const json& req, const admin_services& s) 
   }
   if (cmd == "metrics")
     return {{"text", render_metrics(s)}};
+  if (cmd == "cache-ls")
+    return cache_ls(req, s);
+  if (cmd == "cache-drop")
+    return cache_drop(req, s);
+  if (cmd == "cache-drop-session")
+    return drop_session(req, s);
   throw command_error{"unknown_command",
                       fmt::format("unknown command '{}' (known: status, ps, cancel, drain, resume, "
-                                  "reload, log-level, metrics)",
+                                  "reload, log-level, metrics, cache-ls, cache-drop, "
+                                  "cache-drop-session)",
                                   cmd)};
 }
 

@@ -13,6 +13,7 @@
 
 #include "actors/engine.hpp"
 #include "daemon/metrics.hpp"
+#include "daemon/session_table.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -37,6 +38,7 @@ struct admin_services {
   std::string version;
   std::string mode;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  session_table* sessions = nullptr;                          ///< optional: clients' conversations
   std::function<std::uint64_t()> clients_connected;          ///< optional
   std::function<reload_report()> reload;                     ///< optional
   std::function<std::string(std::string_view, std::string_view)> set_log_level; ///< error or ""

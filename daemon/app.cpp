@@ -85,6 +85,14 @@ admin_policy(const admin_section& a) {
   return std::make_shared<const ipc::access_policy>(std::move(*p));
 }
 
+session_limits session_limits_of(const config& c) {
+  session_limits l;
+  l.max_per_user = c.sessions.max_per_user;
+  l.max_sessions = c.sessions.max_sessions;
+  l.idle_ttl = std::chrono::seconds(c.reuse.idle_ttl_s);
+  return l;
+}
+
 } // namespace
 
 app::~app() {
@@ -142,7 +150,9 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string 
 
   // The client gateway: control socket and IPC loop. Stopped before the
   // engine, so apps see their connection end before their streams do.
-  auto gw = gateway::create(self->cfg_.clients, self->client_socket_path(), *self->engine_);
+  self->sessions_ = std::make_shared<session_table>(session_limits_of(self->cfg_));
+  auto gw = gateway::create(self->cfg_.clients, self->client_socket_path(), *self->engine_,
+                            self->sessions_);
   if (!gw)
     return unexpected("client gateway: " + std::move(gw).error());
   self->gateway_ = std::move(*gw);
@@ -157,6 +167,7 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string 
   auto& sv = self->services_;
   sv.engine = self->engine_.get();
   sv.registry = self->metrics_.get();
+  sv.sessions = self->sessions_.get();
   sv.version = KVLANE_VERSION;
   sv.mode = std::string{to_string(self->cfg_.scheduler.mode)};
   sv.started = self->started_;
@@ -436,7 +447,7 @@ reload_report app::reload() {
   if (knobs != now.scheduler) {
     if (engine_->update_policy(knobs)) {
       r.applied.push_back("scheduler (quantum_steps, levels, spare_slots, max_step_tokens, "
-                          "aging_steps, ewma_alpha)");
+                          "aging_steps, ewma_alpha, faults)");
       now.scheduler = knobs;
     } else {
       r.needs_restart.push_back("scheduler: a model's scheduler did not confirm the new knobs");
@@ -463,6 +474,12 @@ reload_report app::reload() {
     } else {
       r.needs_restart.push_back("reuse: a model's scheduler did not confirm the new knobs");
     }
+  }
+  // Sessions expire with the reuse TTL applied above (or kept, if it was not).
+  if (next.sessions != now.sessions || session_limits_of(now) != sessions_->limits()) {
+    now.sessions = next.sessions;
+    sessions_->set_limits(session_limits_of(now));
+    r.applied.push_back("sessions (max_per_user, max_sessions; idle TTL from reuse.idle_ttl_s)");
   }
   if (new_clients) {
     gateway_->set_policy(std::move(new_clients));

@@ -17,6 +17,7 @@
 #include "daemon/admin_commands.hpp"
 #include "daemon/config.hpp"
 #include "daemon/notifier.hpp"
+#include "daemon/session_table.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -125,6 +126,7 @@ private:
   std::unique_ptr<caf::actor_system_config> actor_cfg_;
   std::unique_ptr<caf::actor_system> system_;
   std::unique_ptr<actors::engine> engine_;
+  std::shared_ptr<session_table> sessions_; ///< clients' conversations (gateway, admin)
   std::unique_ptr<gateway> gateway_; ///< client socket <runtime_dir>/kvlane.sock
   std::unique_ptr<http::server> api_; ///< the HTTP API ([http] listen)
   std::atomic<bool> serving_{false};  ///< READY=1 was sent (GET /health)

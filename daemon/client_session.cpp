@@ -63,15 +63,34 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
+proto::errc to_wire(session_errc e) {
+  switch (e) {
+    case session_errc::disabled: return proto::errc::invalid_request;
+    case session_errc::busy: return proto::errc::session_busy;
+    case session_errc::too_long: return proto::errc::too_long;
+  }
+  return proto::errc::internal;
+}
+
+/// The turn of a named session a request carries, for its sink to end.
+struct session_turn_ref {
+  std::shared_ptr<session_table> table;
+  session_key key;
+  std::uint64_t ticket = 0;
+};
+
 /// The stream_sink of one request: decodes tokens with the model's tokenizer
 /// and hands records to the session. Called on a CAF worker, one call at a time.
 class session_sink final : public actors::stream_sink {
 public:
   session_sink(std::shared_ptr<client_session> s, std::uint64_t request_id,
-               std::shared_ptr<backends::backend> backend)
-    : session_(std::move(s)), request_id_(request_id), backend_(std::move(backend)) {}
+               std::shared_ptr<backends::backend> backend, std::optional<session_turn_ref> turn)
+    : session_(std::move(s)), request_id_(request_id), backend_(std::move(backend)),
+      turn_(std::move(turn)) {}
 
   void on_tokens(std::span<const actors::token_id> tokens) override {
+    if (turn_)
+      generated_.insert(generated_.end(), tokens.begin(), tokens.end());
     const auto now = monotonic_ns();
     auto text = utf8_.feed(backend_->tokens().decode(tokens));
     std::vector<proto::record_bytes> records;
@@ -80,6 +99,11 @@ public:
   }
 
   void on_end(const actors::stream_end& end) override {
+    // The history grows before the app can see the end, so that its next turn
+    // never finds the session still busy. Whatever the end reason, the turn
+    // keeps what was streamed (what the app has shown).
+    if (turn_)
+      turn_->table->end_turn(turn_->key, turn_->ticket, generated_);
     std::vector<proto::record_bytes> records;
     if (auto rest = utf8_.flush(); !rest.empty())
       proto::pack_tokens(request_id_, monotonic_ns(), {}, rest, records);
@@ -106,6 +130,8 @@ private:
   std::uint64_t request_id_;
   std::shared_ptr<backends::backend> backend_;
   proto::utf8_stream utf8_;
+  std::optional<session_turn_ref> turn_;
+  std::vector<actors::token_id> generated_; ///< this turn's tokens, for the session
 };
 
 } // namespace
@@ -118,6 +144,7 @@ client_session::client_session(setup s)
     engine_(*s.engine),
     counters_(*s.counters),
     admission_(*s.admit),
+    sessions_(std::move(s.sessions)),
     loop_wake_fd_(s.loop_wake_fd),
     control_fd_(s.control_fd),
     tracker_(s.limits->max_requests, static_cast<std::uint32_t>(s.limits->max_prompt_bytes)) {}
@@ -262,9 +289,7 @@ bool client_session::handle_record(const proto::record_bytes& raw) {
   }
   if (auto* s = std::get_if<proto::submit_rec>(&*rec)) {
     const auto id = s->request_id;
-    const auto model_name = s->model.empty() && !engine_.models().empty()
-                              ? engine_.models().front().name
-                              : s->model;
+    const auto model_name = resolve_model(s->model);
     std::uint32_t limit = static_cast<std::uint32_t>(limits_.max_prompt_bytes);
     if (const auto* m = engine_.find_model(model_name); m && s->kind == proto::prompt_kind::tokens)
       limit = static_cast<std::uint32_t>(std::min<std::uint64_t>(4ull * m->info.max_context, limit));
@@ -349,8 +374,7 @@ bool client_session::handle_record(const proto::record_bytes& raw) {
 void client_session::submit_to_engine(complete_submit c) {
   const auto id = c.head.request_id;
   actors::submit_request req;
-  req.model = c.head.model.empty() && !engine_.models().empty() ? engine_.models().front().name
-                                                                 : c.head.model;
+  req.model = resolve_model(c.head.model);
   req.client = name_ + "#" + std::to_string(id_);
   req.owner = peer_.uid;
   req.priority = c.head.prio == proto::priority::batch ? actors::priority_class::batch
@@ -387,10 +411,42 @@ void client_session::submit_to_engine(complete_submit c) {
   }
   const auto* m = engine_.find_model(req.model);
   const auto model = req.model;
-  auto sink = std::make_shared<session_sink>(shared_from_this(), id,
-                                             m ? m->backend : std::shared_ptr<backends::backend>{});
+  std::optional<session_turn_ref> turn;
+  if (!c.head.session.empty() && m != nullptr) { // (an unknown model is the engine's error)
+    // The daemon tokenizes a session's turn itself: only the session's first
+    // turn starts with BOS, and the engine gets history + turn as tokens.
+    const auto& tok = m->backend->tokens();
+    std::vector<actors::token_id> prompt;
+    std::optional<actors::token_id> bos;
+    if (c.head.kind == proto::prompt_kind::text) {
+      prompt = tok.encode(req.prompt_text);
+      bos = tok.bos();
+    } else {
+      prompt = std::move(req.prompt_tokens);
+    }
+    session_key key{peer_.uid, model, c.head.session};
+    auto t = sessions_->begin_turn(key, prompt, bos, c.head.max_tokens, m->info.max_context);
+    if (!t) {
+      {
+        std::lock_guard lock{mu_};
+        if (auto it = requests_.find(id); it != requests_.end())
+          erase_request_locked(it);
+        tracker_.finished(id);
+      }
+      push_error(id, to_wire(t.error().code), t.error().message);
+      return;
+    }
+    req.prompt_text.clear();
+    req.prompt_tokens = std::move(t->tokens);
+    turn = session_turn_ref{sessions_, std::move(key), t->ticket};
+  }
+  const auto aborted = turn;
+  auto sink = std::make_shared<session_sink>(
+    shared_from_this(), id, m ? m->backend : std::shared_ptr<backends::backend>{}, std::move(turn));
   auto r = engine_.submit(std::move(req), std::move(sink));
   if (!r) {
+    if (aborted)
+      aborted->table->abort_turn(aborted->key, aborted->ticket);
     {
       std::lock_guard lock{mu_};
       if (auto it = requests_.find(id); it != requests_.end())
@@ -410,6 +466,10 @@ void client_session::submit_to_engine(complete_submit c) {
   }
   if (cancel_now)
     engine_.cancel(model, *r);
+}
+
+std::string client_session::resolve_model(const std::string& model) const {
+  return model.empty() && !engine_.models().empty() ? engine_.models().front().name : model;
 }
 
 void client_session::push_error(std::uint64_t request_id, proto::errc code, std::string message) {
@@ -607,6 +667,13 @@ client_session::control_event client_session::handle_control() {
   }
   if (std::holds_alternative<proto::stats_request_msg>(*msg))
     return control_event::stats;
+  if (auto* d = std::get_if<proto::session_drop_msg>(&*msg)) {
+    // Only the connecting user's own sessions: the key carries the peer uid.
+    const bool existed =
+      sessions_->drop(session_key{peer_.uid, resolve_model(d->model), d->session});
+    send_control(proto::encode(proto::session_dropped_msg{existed}));
+    return control_event::handled;
+  }
   fail(proto::errc::bad_message,
        std::holds_alternative<proto::hello_msg>(*msg)
          ? "control socket: a second hello after the handshake"

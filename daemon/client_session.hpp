@@ -40,6 +40,7 @@
 #include "daemon/admission.hpp"
 #include "daemon/config.hpp"
 #include "daemon/request_tracker.hpp"
+#include "daemon/session_table.hpp"
 #include "ipc/protocol.hpp"
 #include "ipc/record_codec.hpp"
 #include "ipc/spsc_ring.hpp"
@@ -85,6 +86,7 @@ public:
     actors::engine* engine = nullptr;
     gateway_counters* counters = nullptr;
     admission* admit = nullptr; ///< per-user and global limits; the client is counted already
+    std::shared_ptr<session_table> sessions; ///< conversations of every user; not null
     int loop_wake_fd = -1; ///< eventfd that wakes the gateway loop (daemon-private)
   };
 
@@ -109,10 +111,11 @@ public:
   /// logged). Records left in the ring make prepare_sleep() return true.
   bool drain_submit(std::size_t max_records);
 
-  enum class control_event { none, closed, stats };
-  /// Reads and handles one control message. closed: close the session (the
-  /// peer hung up, or violated the protocol: already reported); stats: the
-  /// app asked for a stats_reply (the gateway has the figures).
+  enum class control_event { none, closed, stats, handled };
+  /// Reads and handles one control message. none: nothing to read; closed:
+  /// close the session (the peer hung up, or violated the protocol: already
+  /// reported); stats: the app asked for a stats_reply (the gateway has the
+  /// figures); handled: answered here (a session_drop).
   control_event handle_control();
   /// Sends one control message without blocking; false if it could not.
   bool send_control(const std::vector<std::byte>& bytes);
@@ -151,6 +154,8 @@ private:
 
   bool handle_record(const ipc::proto::record_bytes& raw);
   void submit_to_engine(complete_submit req);
+  /// The model a submit or session_drop naming `model` goes to.
+  std::string resolve_model(const std::string& model) const;
   void push_error(std::uint64_t request_id, ipc::proto::errc code, std::string message);
   /// Caller holds mu_. Appends records; applies the backlog bound unless `force`.
   void enqueue_locked(std::uint64_t request_id, std::vector<ipc::proto::record_bytes>& records,
@@ -175,6 +180,7 @@ private:
   actors::engine& engine_;
   gateway_counters& counters_;
   admission& admission_;
+  const std::shared_ptr<session_table> sessions_;
   const int loop_wake_fd_;
 
   int control_fd_ = -1;

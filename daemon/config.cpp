@@ -161,6 +161,30 @@ status parse_models(const reporter& r, const section& root, std::vector<model_se
   return {};
 }
 
+status parse_scheduler_faults(const reporter& r, const section& scheduler,
+                              actors::fault_knobs& out) {
+  auto table = find_table(r, scheduler, "faults");
+  if (!table)
+    return unexpected(std::move(table.error()));
+  if (*table == nullptr)
+    return {};
+  const section s{**table, scheduler.key("faults")};
+  KVLANE_CONFIG_TRY(check_keys(r, s,
+                               {"step_retries", "row_recomputes", "backoff_initial_ms",
+                                "backoff_max_ms", "give_up_steps"}));
+  KVLANE_CONFIG_TRY(read_int(r, s, "step_retries", out.step_retries, 0, 16));
+  KVLANE_CONFIG_TRY(read_int(r, s, "row_recomputes", out.row_recomputes, 0, 16));
+  KVLANE_CONFIG_TRY(read_int(r, s, "backoff_initial_ms", out.backoff_initial_ms, 1, 60'000));
+  KVLANE_CONFIG_TRY(read_int(r, s, "backoff_max_ms", out.backoff_max_ms, 1, 600'000));
+  KVLANE_CONFIG_TRY(read_int(r, s, "give_up_steps", out.give_up_steps, 0, 1'000'000));
+  if (out.backoff_max_ms < out.backoff_initial_ms)
+    return unexpected(r.bad_value(
+      s.key("backoff_max_ms"), s.line("backoff_max_ms"),
+      fmt::format("must be >= backoff_initial_ms ({}) (got {})", out.backoff_initial_ms,
+                  out.backoff_max_ms)));
+  return {};
+}
+
 status parse_scheduler(const reporter& r, const section& root, actors::scheduler_policy& out) {
   auto table = find_table(r, root, "scheduler");
   if (!table)
@@ -170,7 +194,7 @@ status parse_scheduler(const reporter& r, const section& root, actors::scheduler
   const section s{**table, "scheduler"};
   KVLANE_CONFIG_TRY(check_keys(r, s,
                                {"mode", "quantum_steps", "quantum_tokens", "levels", "spare_slots",
-                                "max_step_tokens", "aging_steps", "ewma_alpha"}));
+                                "max_step_tokens", "aging_steps", "ewma_alpha", "faults"}));
   const auto modes = scheduler_modes();
   KVLANE_CONFIG_TRY(read_choice(r, s, "mode", out.mode, std::span<const choice<scheduler_mode>>(modes)));
   // quantum_tokens is the former name of quantum_steps (it always counted steps), still accepted.
@@ -194,7 +218,7 @@ status parse_scheduler(const reporter& r, const section& root, actors::scheduler
   KVLANE_CONFIG_TRY(read_int(r, s, "max_step_tokens", out.max_step_tokens, 0, 1'048'576));
   KVLANE_CONFIG_TRY(read_int(r, s, "aging_steps", out.aging_steps, 0, 1'000'000'000));
   KVLANE_CONFIG_TRY(read_real(r, s, "ewma_alpha", out.ewma_alpha, {0.0, true, 1.0, false}));
-  return {};
+  return parse_scheduler_faults(r, s, out.faults);
 }
 
 status parse_reuse(const reporter& r, const section& root, actors::reuse_policy& out) {
@@ -351,6 +375,19 @@ status parse_admin(const reporter& r, const section& root, admin_section& out) {
   return {};
 }
 
+status parse_sessions(const reporter& r, const section& root, sessions_section& out) {
+  auto table = find_table(r, root, "sessions");
+  if (!table)
+    return unexpected(std::move(table.error()));
+  if (*table == nullptr)
+    return {};
+  const section s{**table, "sessions"};
+  KVLANE_CONFIG_TRY(check_keys(r, s, {"max_per_user", "max_sessions"}));
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_per_user", out.max_per_user, 0, 65'536));
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_sessions", out.max_sessions, 0, 1'048'576));
+  return {};
+}
+
 status parse_metrics(const reporter& r, const section& root, metrics_section& out) {
   auto table = find_table(r, root, "metrics");
   if (!table)
@@ -486,8 +523,8 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   }
   KVLANE_CONFIG_TRY(
     check_keys(r, root,
-               {"version", "daemon", "model", "scheduler", "reuse", "store", "clients", "admin",
-                "metrics", "http"}));
+               {"version", "daemon", "model", "scheduler", "reuse", "store", "clients", "sessions",
+                "admin", "metrics", "http"}));
   if (version == nullptr)
     return unexpected(
       r.bad_value("version", root.line(), "required key is missing (add 'version = 1' at the top)"));
@@ -500,6 +537,7 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   KVLANE_CONFIG_TRY(parse_store(r, root, c.store));
   KVLANE_CONFIG_TRY(check_floors(r, root, c));
   KVLANE_CONFIG_TRY(parse_clients(r, root, c.clients));
+  KVLANE_CONFIG_TRY(parse_sessions(r, root, c.sessions));
   KVLANE_CONFIG_TRY(parse_admin(r, root, c.admin));
   KVLANE_CONFIG_TRY(parse_metrics(r, root, c.metrics));
   KVLANE_CONFIG_TRY(parse_http(r, root, c.http));

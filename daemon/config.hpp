@@ -98,6 +98,16 @@ struct http_section {
   friend bool operator==(const http_section&, const http_section&) = default;
 };
 
+/// [sessions]: conversations kept by the daemon for clients that name a
+/// session (daemon/session_table.hpp). Idle sessions expire with
+/// [reuse] idle_ttl_s, the TTL of the KV they would reuse.
+struct sessions_section {
+  std::uint32_t max_per_user = 16;  ///< sessions of one uid; 0 disables sessions
+  std::uint32_t max_sessions = 256; ///< sessions of all users together
+
+  friend bool operator==(const sessions_section&, const sessions_section&) = default;
+};
+
 /// [store]: the snapshot store.
 using store_section = actors::store_config;
 
@@ -106,6 +116,7 @@ using store_section = actors::store_config;
 struct config : actors::engine_config {
   daemon_section daemon;
   clients_section clients;
+  sessions_section sessions;
   admin_section admin;
   metrics_section metrics;
   http_section http;

@@ -53,10 +53,12 @@ std::string user_name(uid_t uid) {
 
 } // namespace
 
-gateway::gateway(const clients_section& cfg, std::string path, actors::engine& engine)
+gateway::gateway(const clients_section& cfg, std::string path, actors::engine& engine,
+                 std::shared_ptr<session_table> sessions)
   : cfg_(cfg),
     path_(std::move(path)),
     engine_(engine),
+    conversations_(sessions ? std::move(sessions) : std::make_shared<session_table>()),
     admission_(limits_of(cfg)),
     max_pending_(cfg.max_pending) {}
 
@@ -79,8 +81,10 @@ gateway::~gateway() {
 }
 
 expected<std::unique_ptr<gateway>, std::string>
-gateway::create(const clients_section& cfg, std::string socket_path, actors::engine& engine) {
-  std::unique_ptr<gateway> self{new gateway(cfg, std::move(socket_path), engine)};
+gateway::create(const clients_section& cfg, std::string socket_path, actors::engine& engine,
+                std::shared_ptr<session_table> sessions) {
+  std::unique_ptr<gateway> self{
+    new gateway(cfg, std::move(socket_path), engine, std::move(sessions))};
   auto sys_fail = [&](std::string what) {
     return unexpected(what + ": " + std::strerror(errno));
   };
@@ -212,7 +216,7 @@ void gateway::run() {
                 break;
               if (ev == client_session::control_event::closed)
                 closed = true;
-              else
+              else if (ev == client_session::control_event::stats)
                 s->send_control(proto::encode(stats()));
             }
           }
@@ -357,6 +361,7 @@ void gateway::handle_pending(int fd) {
   s.engine = &engine_;
   s.counters = &counters_;
   s.admit = &admission_;
+  s.sessions = conversations_;
   s.loop_wake_fd = wake_fd_;
   auto session = client_session::create(std::move(s));
   if (!session)

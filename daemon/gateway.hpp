@@ -50,8 +50,10 @@ namespace kvlane::daemon {
 class gateway {
 public:
   /// Resolves the allow lists, binds `socket_path` and starts the loop.
+  /// `sessions` holds the clients' conversations (a default table when null).
   static expected<std::unique_ptr<gateway>, std::string>
-  create(const clients_section& cfg, std::string socket_path, actors::engine& engine);
+  create(const clients_section& cfg, std::string socket_path, actors::engine& engine,
+         std::shared_ptr<session_table> sessions = {});
   ~gateway();
   gateway(const gateway&) = delete;
   gateway& operator=(const gateway&) = delete;
@@ -73,7 +75,8 @@ public:
   const gateway_counters& counters() const noexcept { return counters_; }
 
 private:
-  gateway(const clients_section& cfg, std::string path, actors::engine& engine);
+  gateway(const clients_section& cfg, std::string path, actors::engine& engine,
+          std::shared_ptr<session_table> sessions);
   static admission_limits limits_of(const clients_section& cfg);
 
   void run();
@@ -93,6 +96,7 @@ private:
   clients_section cfg_;
   std::string path_;
   actors::engine& engine_;
+  std::shared_ptr<session_table> conversations_; ///< named sessions of every user
   mutable std::mutex policy_mutex_;
   std::shared_ptr<const ipc::access_policy> policy_; ///< [clients] allow lists
   int listen_fd_ = -1;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 namespace kvlane::daemon {
 
@@ -97,6 +98,32 @@ std::string model_label(std::string_view model) {
   return fmt::format("model=\"{}\"", model);
 }
 
+/// Step faults (docs/scheduling.md, "Failures").
+void render_device(writer& w, const std::vector<actors::scheduler_stats>& schedulers) {
+  w.family("kvlane_device_state", "gauge",
+           "How the model's device behaves: 0 healthy, 1 degraded (retrying a failed step or "
+           "running its rows alone), 2 failing (backing off, admission paused).");
+  for (auto& s : schedulers)
+    w.sample("kvlane_device_state", model_label(s.model), double(static_cast<int>(s.device)));
+  w.family("kvlane_device_backoff_seconds", "gauge",
+           "The current wait before the next step while the device is failing, else 0.");
+  for (auto& s : schedulers)
+    w.sample("kvlane_device_backoff_seconds", model_label(s.model), s.device_backoff_ms / 1000);
+  w.family("kvlane_step_fault_events_total", "counter",
+           "What failed steps led to: whole-step retries, rows run alone to find a faulty one, "
+           "rows found faulty (recomputed or failed), backoffs.");
+  for (auto& s : schedulers) {
+    const std::pair<const char*, std::uint64_t> kinds[] = {
+      {"retry", s.faults.step_retries},
+      {"isolated_row", s.faults.isolated_rows},
+      {"row_fault", s.faults.row_faults},
+      {"backoff", s.faults.backoffs}};
+    for (const auto& [kind, n] : kinds)
+      w.sample("kvlane_step_fault_events_total",
+               fmt::format("{},kind=\"{}\"", model_label(s.model), kind), double(n));
+  }
+}
+
 } // namespace
 
 std::string metrics::render(const std::vector<actors::scheduler_stats>& schedulers,
@@ -171,6 +198,53 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
                 [](auto& s) { return s.step_busy_ms / 1000; });
   per_scheduler("kvlane_backend_failures_total", "counter", "Failed step, dump and load calls.",
                 [](auto& s) { return s.step_failures + s.dump_failures + s.load_failures; });
+  render_device(w, schedulers);
+
+  w.family("kvlane_retained_entries", "gauge",
+           "Retained conversation KV entries by where their copy is: warm in a slot or in the store.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_retained_entries", model_label(s.model) + ",where=\"slot\"",
+             double(s.retained - s.retained_stored));
+    w.sample("kvlane_retained_entries", model_label(s.model) + ",where=\"store\"",
+             double(s.retained_stored));
+  }
+  w.family("kvlane_retained_bytes", "gauge",
+           "Bytes of retained KV: KV positions held in slots, store bytes charged to stored entries.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_retained_bytes", model_label(s.model) + ",where=\"slot\"",
+             double(s.retained_warm_bytes));
+    w.sample("kvlane_retained_bytes", model_label(s.model) + ",where=\"store\"",
+             double(s.retained_store_bytes));
+  }
+  w.family("kvlane_reuse_total", "counter",
+           "Prompts that matched retained KV: served from a warm slot, by a snapshot load, or "
+           "prefilled anyway because the cost model preferred recomputing to loading.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_reuse_total", model_label(s.model) + ",outcome=\"warm\"",
+             double(s.reuse_warm_hits));
+    w.sample("kvlane_reuse_total", model_label(s.model) + ",outcome=\"load\"",
+             double(s.reuse_hits - s.reuse_warm_hits));
+    w.sample("kvlane_reuse_total", model_label(s.model) + ",outcome=\"recompute\"",
+             double(s.reuse_recomputed));
+  }
+  per_scheduler("kvlane_reused_tokens_total", "counter",
+                "Prompt tokens served from retained KV instead of prefilled (prefill tokens saved).",
+                [](auto& s) { return s.reused_tokens; });
+  per_scheduler("kvlane_prefill_tokens_total", "counter", "Tokens prefilled (prompts and recomputes).",
+                [](auto& s) { return s.prefill_tokens; });
+  w.family("kvlane_retained_evictions_total", "counter",
+           "Retained KV given up, by reason: slot (a warm copy dropped to free its slot), store "
+           "(a stored copy evicted or lost), ttl (idle too long), superseded (a longer entry of "
+           "the same conversation replaced it), admin (kvlane cache drop).");
+  for (auto& s : schedulers) {
+    const std::pair<const char*, std::uint64_t> reasons[] = {
+      {"slot", s.retained_dropped},          {"store", s.retained_lost},
+      {"ttl", s.retained_expired},           {"superseded", s.retained_superseded},
+      {"admin", s.retained_admin_dropped}};
+    for (auto& [reason, n] : reasons)
+      w.sample("kvlane_retained_evictions_total",
+               fmt::format("{},reason=\"{}\"", model_label(s.model), reason), double(n));
+  }
 
   w.family("kvlane_store_bytes", "gauge",
            "Snapshot store bytes: used (reserved), committed, and the free committed bytes of "
@@ -184,6 +258,21 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
   w.sample("kvlane_store_snapshots", "", double(store.snapshots));
   w.family("kvlane_store_evictions_total", "counter", "Snapshots evicted to make room.");
   w.sample("kvlane_store_evictions_total", "", double(store.evictions));
+  w.family("kvlane_store_evictions_by_class_total", "counter",
+           "Snapshots evicted by class and reason: parked (a preempted sequence, which then "
+           "recomputes) or retained (conversation KV); pressure (the limit or a model's cap) or "
+           "retained_share (the retained share was full).");
+  w.sample("kvlane_store_evictions_by_class_total", "class=\"parked\",reason=\"pressure\"",
+           double(store.parked_evictions));
+  w.sample("kvlane_store_evictions_by_class_total", "class=\"retained\",reason=\"pressure\"",
+           double(store.retained_evictions - store.retained_share_evictions));
+  w.sample("kvlane_store_evictions_by_class_total",
+           "class=\"retained\",reason=\"retained_share\"", double(store.retained_share_evictions));
+  w.family("kvlane_store_retained_bytes", "gauge", "Store bytes held by retained snapshots.");
+  w.sample("kvlane_store_retained_bytes", "", double(store.retained_bytes));
+  w.family("kvlane_store_retained_limit_bytes", "gauge",
+           "Most store bytes retained snapshots may hold ([reuse] store_share of the limit).");
+  w.sample("kvlane_store_retained_limit_bytes", "", double(store.retained_limit_bytes));
   w.family("kvlane_clients_connected", "gauge", "Client connections.");
   w.sample("kvlane_clients_connected", "", double(clients_connected));
   return w.take();

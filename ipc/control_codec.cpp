@@ -24,6 +24,8 @@ std::vector<std::byte> control(control_type t, std::size_t body_len) {
 constexpr std::size_t welcome_body = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 8 + 4 + 4 + 4 + 4 + 2 + 2 + max_name;
 constexpr std::size_t stats_body = 4 + 4 + 8 * 10;
 constexpr std::size_t refuse_fixed = 4 + 4 + 8 + 2 + 2;
+constexpr std::size_t session_drop_fixed = 1 + 1 + 2; // u8 model_len, u8 session_len, u16 reserved
+constexpr std::size_t session_dropped_body = 4;
 
 std::vector<std::byte> encode_refuse(control_type t, const refuse_msg& m) {
   auto msg = cut(m.message, control_message_capacity);
@@ -119,6 +121,25 @@ std::vector<std::byte> encode(const stats_reply_msg& m) {
   return out;
 }
 
+std::vector<std::byte> encode(const session_drop_msg& m) {
+  auto model = std::string_view{m.model}.substr(0, max_name);
+  auto session = std::string_view{m.session}.substr(0, max_name);
+  auto out = control(control_type::session_drop, session_drop_fixed + model.size() + session.size());
+  std::span<std::byte> b{out};
+  const std::size_t at = control_header_size;
+  put<std::uint8_t>(b, at, static_cast<std::uint8_t>(model.size()));
+  put<std::uint8_t>(b, at + 1, static_cast<std::uint8_t>(session.size()));
+  put_bytes(b, at + session_drop_fixed, model);
+  put_bytes(b, at + session_drop_fixed + model.size(), session);
+  return out;
+}
+
+std::vector<std::byte> encode(const session_dropped_msg& m) {
+  auto out = control(control_type::session_dropped, session_dropped_body);
+  put<std::uint32_t>(std::span<std::byte>{out}, control_header_size, m.existed ? 1 : 0);
+  return out;
+}
+
 expected<control_message, protocol_error> decode_control(std::span<const std::byte> d) {
   if (d.size() < control_header_size)
     return bad("control message of " + num(d.size()) + " bytes is shorter than its " +
@@ -209,6 +230,34 @@ expected<control_message, protocol_error> decode_control(std::span<const std::by
       for (std::size_t i = 0; i < std::size(fields); ++i)
         *fields[i] = get<std::uint64_t>(body, 8 + 8 * i);
       return control_message{m};
+    }
+    case control_type::session_drop: {
+      if (body.size() < session_drop_fixed)
+        return bad("session_drop body is shorter than " + num(session_drop_fixed) + " bytes");
+      const auto model_len = get<std::uint8_t>(body, 0);
+      const auto session_len = get<std::uint8_t>(body, 1);
+      if (get<std::uint16_t>(body, 2) != 0)
+        return bad("session_drop reserved field is not zero");
+      if (session_drop_fixed + std::size_t{model_len} + session_len != body.size())
+        return bad("session_drop name lengths " + num(model_len) + " + " + num(session_len) +
+                   " do not match the body");
+      session_drop_msg m;
+      m.model = get_bytes(body, session_drop_fixed, model_len);
+      m.session = get_bytes(body, session_drop_fixed + model_len, session_len);
+      if (!m.model.empty() && !valid_model_name(m.model))
+        return bad("session_drop model name is not 1..64 characters of [A-Za-z0-9._-]");
+      if (!valid_session_name(m.session))
+        return bad("session_drop session name is not 1..64 characters of [A-Za-z0-9._-]");
+      return control_message{std::move(m)};
+    }
+    case control_type::session_dropped: {
+      if (body.size() != session_dropped_body)
+        return bad("session_dropped has " + num(body.size()) + " bytes, expected " +
+                   num(session_dropped_body));
+      const auto existed = get<std::uint32_t>(body, 0);
+      if (existed > 1)
+        return bad("session_dropped flag " + num(existed) + " is neither 0 nor 1");
+      return control_message{session_dropped_msg{existed == 1}};
     }
   }
   return bad("unknown control message type " + num(type));

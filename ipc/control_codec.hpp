@@ -1,8 +1,8 @@
 #pragma once
 
 // kvlane::ipc::proto control messages: the SOCK_SEQPACKET datagrams of the
-// handshake (hello, welcome, refuse), the stats query and the daemon's fatal
-// notice, with their encoders and the validating decoder.
+// handshake (hello, welcome, refuse), the stats query, the session drop and
+// the daemon's fatal notice, with their encoders and the validating decoder.
 //
 // Layout: a 12-byte header {u32 magic, u16 version, u16 type, u32 body_len}
 // and a body (docs/protocol.md, "Control messages"). Pure functions; the
@@ -29,6 +29,8 @@ enum class control_type : std::uint16_t {
   stats_request = 4,
   stats_reply = 5,
   fatal = 6,
+  session_drop = 7,
+  session_dropped = 8,
 };
 
 struct hello_msg {
@@ -74,8 +76,20 @@ struct stats_reply_msg {
   std::uint64_t disconnect_cancels = 0; ///< requests cancelled because their client went away
 };
 
+/// Forget one of the connecting user's sessions (its history); answered by
+/// session_dropped.
+struct session_drop_msg {
+  std::string model;   ///< empty: the daemon's default model
+  std::string session; ///< 1..64 bytes of [A-Za-z0-9._-]
+};
+
+struct session_dropped_msg {
+  bool existed = false; ///< false: the user had no such session (nothing changed)
+};
+
 using control_message = std::variant<hello_msg, welcome_msg, refuse_msg, stats_request_msg,
-                                     stats_reply_msg, fatal_msg>;
+                                     stats_reply_msg, fatal_msg, session_drop_msg,
+                                     session_dropped_msg>;
 
 std::vector<std::byte> encode(const hello_msg& m);
 std::vector<std::byte> encode(const welcome_msg& m);
@@ -83,6 +97,8 @@ std::vector<std::byte> encode(const refuse_msg& m);
 std::vector<std::byte> encode(const fatal_msg& m);
 std::vector<std::byte> encode(const stats_request_msg& m);
 std::vector<std::byte> encode(const stats_reply_msg& m);
+std::vector<std::byte> encode(const session_drop_msg& m);
+std::vector<std::byte> encode(const session_dropped_msg& m);
 
 /// Decodes one datagram. A wrong protocol version is reported as
 /// errc::version_mismatch (the header layout never changes between versions).

@@ -25,6 +25,7 @@ std::string_view to_string(errc e) noexcept {
     case errc::timeout: return "timeout";
     case errc::model_failed: return "model_failed";
     case errc::busy: return "busy";
+    case errc::session_busy: return "session_busy";
   }
   return "unknown";
 }

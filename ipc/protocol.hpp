@@ -37,13 +37,13 @@
 namespace kvlane::ipc::proto {
 
 inline constexpr std::uint32_t magic = 0x4E4C564B; ///< "KVLN" as bytes on the wire
-inline constexpr std::uint16_t version = 2;
+inline constexpr std::uint16_t version = 3;
 inline constexpr std::size_t record_size = 256;
 inline constexpr std::size_t record_header_size = 16;
 inline constexpr std::size_t record_body_size = record_size - record_header_size;
 inline constexpr std::size_t control_header_size = 12;
 inline constexpr std::size_t max_control_size = 1024; ///< largest datagram either side sends
-inline constexpr std::size_t max_name = 64;           ///< client and model names, bytes
+inline constexpr std::size_t max_name = 64;           ///< client, model and session names, bytes
 inline constexpr std::size_t max_stop_tokens = 16;
 inline constexpr std::size_t submit_inline_capacity = 72;
 inline constexpr std::size_t chunk_capacity = 232;
@@ -77,12 +77,13 @@ enum class errc : std::uint32_t {
   timeout = 14,          ///< no hello within [clients] hello_timeout_ms
   model_failed = 15,     ///< the model's scheduler stopped; it serves nothing any more
   busy = 16,             ///< an admission limit is reached; the message says when to retry
+  session_busy = 17,     ///< the session's last turn is still running, or all of the user's are
 };
 std::string_view to_string(errc e) noexcept;
 
 /// True for a u32 that names an errc value.
 constexpr bool known_errc(std::uint32_t v) noexcept {
-  return v <= static_cast<std::uint32_t>(errc::busy);
+  return v <= static_cast<std::uint32_t>(errc::session_busy);
 }
 
 struct protocol_error {
@@ -93,5 +94,11 @@ struct protocol_error {
 /// Client names: 1..64 bytes of UTF-8 without control characters. (Model
 /// names follow kvlane::valid_model_name, common/model_name.hpp.)
 bool valid_client_name(std::string_view name) noexcept;
+
+/// Session (conversation) names follow the model-name rule: 1..64 bytes of
+/// [A-Za-z0-9._-].
+constexpr bool valid_session_name(std::string_view name) noexcept {
+  return valid_model_name(name);
+}
 
 } // namespace kvlane::ipc::proto

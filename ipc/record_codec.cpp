@@ -29,8 +29,8 @@ std::string_view type_name(record_type t) {
 // Header: 0 u8 type, 1 u8 version, 2 u16 body_len, 4 u32 reserved, 8 u64 request_id.
 namespace submit_at {
 constexpr std::size_t kind = 16, prio = 17, stop_at_eos = 18, model_len = 19, stop_count = 20,
-                      reserved = 21, temperature = 24, top_p = 28, top_k = 32, max_tokens = 36,
-                      seed = 40, prompt_bytes = 48, inline_bytes = 52, model = 56, stops = 120,
+                      session_len = 21, reserved = 22, temperature = 24, top_p = 28, top_k = 32,
+                      max_tokens = 36, seed = 40, prompt_bytes = 48, inline_bytes = 52, model = 56, stops = 120,
                       inline_data = 184;
 static_assert(model + max_name == stops);
 static_assert(stops + 4 * max_stop_tokens == inline_data);
@@ -82,13 +82,15 @@ void encode(const submit_rec& r, std::span<std::byte, record_size> out) {
   namespace at = submit_at;
   put_header(out, record_type::submit, record_body_size, r.request_id);
   auto model = std::string_view{r.model}.substr(0, max_name);
+  auto session = std::string_view{r.session}.substr(0, max_name);
   const auto stops = std::min(r.stop_tokens.size(), max_stop_tokens);
-  const auto inl = std::string_view{r.inline_data}.substr(0, submit_inline_capacity);
+  const auto inl = std::string_view{r.inline_data}.substr(0, submit_inline_room(session.size()));
   put<std::uint8_t>(out, at::kind, static_cast<std::uint8_t>(r.kind));
   put<std::uint8_t>(out, at::prio, static_cast<std::uint8_t>(r.prio));
   put<std::uint8_t>(out, at::stop_at_eos, r.stop_at_eos ? 1 : 0);
   put<std::uint8_t>(out, at::model_len, static_cast<std::uint8_t>(model.size()));
   put<std::uint8_t>(out, at::stop_count, static_cast<std::uint8_t>(stops));
+  put<std::uint8_t>(out, at::session_len, static_cast<std::uint8_t>(session.size()));
   put<float>(out, at::temperature, r.temperature);
   put<float>(out, at::top_p, r.top_p);
   put<std::uint32_t>(out, at::top_k, r.top_k);
@@ -99,7 +101,8 @@ void encode(const submit_rec& r, std::span<std::byte, record_size> out) {
   put_bytes(out, at::model, model);
   for (std::size_t i = 0; i < stops; ++i)
     put<std::uint32_t>(out, at::stops + 4 * i, r.stop_tokens[i]);
-  put_bytes(out, at::inline_data, inl);
+  put_bytes(out, at::inline_data, session);
+  put_bytes(out, at::inline_data + session.size(), inl);
 }
 
 void encode(const chunk_rec& r, std::span<std::byte, record_size> out) {
@@ -200,6 +203,7 @@ expected<record, protocol_error> decode_record(std::span<const std::byte, record
       const auto eos = get<std::uint8_t>(b, at::stop_at_eos);
       const auto model_len = get<std::uint8_t>(b, at::model_len);
       const auto stop_count = get<std::uint8_t>(b, at::stop_count);
+      const auto session_len = get<std::uint8_t>(b, at::session_len);
       if (kind > 1)
         return bad(what() + ": prompt kind " + num(kind) + " is neither 0 (text) nor 1 (tokens)");
       if (prio > 1)
@@ -211,6 +215,9 @@ expected<record, protocol_error> decode_record(std::span<const std::byte, record
       if (stop_count > max_stop_tokens)
         return bad(what() + ": " + num(stop_count) + " stop tokens, at most " +
                    num(max_stop_tokens));
+      if (session_len > max_name)
+        return bad(what() + ": session name length " + num(session_len) + " exceeds " +
+                   num(max_name));
       if (!all_zero(b, at::reserved, at::temperature))
         return bad(what() + ": reserved bytes are not zero");
       r.kind = static_cast<prompt_kind>(kind);
@@ -219,6 +226,9 @@ expected<record, protocol_error> decode_record(std::span<const std::byte, record
       r.model = get_bytes(b, at::model, model_len);
       if (!r.model.empty() && !valid_model_name(r.model))
         return bad(what() + ": model name is not 1..64 characters of [A-Za-z0-9._-]");
+      r.session = get_bytes(b, at::inline_data, session_len);
+      if (!r.session.empty() && !valid_session_name(r.session))
+        return bad(what() + ": session name is not 1..64 characters of [A-Za-z0-9._-]");
       r.temperature = get<float>(b, at::temperature);
       r.top_p = get<float>(b, at::top_p);
       r.top_k = get<std::uint32_t>(b, at::top_k);
@@ -242,13 +252,16 @@ expected<record, protocol_error> decode_record(std::span<const std::byte, record
       if (r.kind == prompt_kind::tokens && r.prompt_bytes % 4 != 0)
         return bad(what() + ": a token prompt's length " + num(r.prompt_bytes) +
                    " is not a multiple of 4 bytes");
-      if (inl > submit_inline_capacity || inl > r.prompt_bytes)
+      const auto room = submit_inline_room(session_len);
+      if (inl > room || inl > r.prompt_bytes)
         return bad(what() + ": inline length " + num(inl) + " exceeds " +
-                   (inl > submit_inline_capacity ? num(submit_inline_capacity) + " bytes"
-                                                 : "the prompt length " + num(r.prompt_bytes)));
-      if (inl < r.prompt_bytes && inl < submit_inline_capacity)
+                   (inl > room ? num(room) + " bytes (72 less the session name)"
+                               : "the prompt length " + num(r.prompt_bytes)));
+      if (inl < r.prompt_bytes && inl < room)
         return bad(what() + ": a chunked prompt must fill the record's inline space first");
-      r.inline_data = get_bytes(b, at::inline_data, inl);
+      if (!all_zero(b, at::inline_data + session_len + inl, record_size))
+        return bad(what() + ": bytes after the inline prompt are not zero");
+      r.inline_data = get_bytes(b, at::inline_data + session_len, inl);
       return record{std::move(r)};
     }
     case record_type::submit_chunk: {
@@ -355,7 +368,8 @@ std::size_t pack_tokens(std::uint64_t request_id, std::uint64_t daemon_time_ns,
 void pack_submit(const submit_rec& head, std::string_view prompt, std::vector<record_bytes>& out) {
   submit_rec s = head;
   s.prompt_bytes = static_cast<std::uint32_t>(prompt.size());
-  const auto inl = std::min(prompt.size(), submit_inline_capacity);
+  const auto inl =
+    std::min(prompt.size(), submit_inline_room(std::min(head.session.size(), max_name)));
   s.inline_data = std::string(prompt.substr(0, inl));
   encode(s, out.emplace_back());
   for (std::size_t off = inl; off < prompt.size(); off += chunk_capacity) {

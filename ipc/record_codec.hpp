@@ -49,6 +49,7 @@ struct submit_rec {
   priority prio = priority::interactive;
   bool stop_at_eos = true;
   std::string model; ///< empty: the daemon's default model
+  std::string session; ///< empty: stateless; else the conversation this turn extends
   float temperature = 0.0f;
   float top_p = 1.0f;
   std::uint32_t top_k = 0;
@@ -56,8 +57,14 @@ struct submit_rec {
   std::uint64_t seed = 0;
   std::vector<std::uint32_t> stop_tokens;
   std::uint32_t prompt_bytes = 0; ///< total; text bytes or 4 * token count
-  std::string inline_data;        ///< the first bytes of the prompt (<= 72)
+  std::string inline_data;        ///< the first bytes of the prompt (<= 72 - session size)
 };
+
+/// Prompt bytes a submit record carries inline: the inline area holds the
+/// session name first, then the prompt.
+constexpr std::size_t submit_inline_room(std::size_t session_bytes) noexcept {
+  return submit_inline_capacity - session_bytes;
+}
 
 struct chunk_rec {
   std::uint64_t request_id = 0;

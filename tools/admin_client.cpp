@@ -1,12 +1,17 @@
 #include "tools/admin_client.hpp"
 
+#include "common/expected.hpp"
 #include "daemon/app.hpp"
 #include "tools/admin_connection.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <optional>
+#include <string_view>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -22,8 +27,9 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-constexpr std::array<std::string_view, 9> commands{"status", "ps",     "cancel",  "drain", "resume",
-                                                   "reload", "log-level", "metrics", "top"};
+constexpr std::array<std::string_view, 10> commands{"status", "ps",        "cancel",  "drain",
+                                                    "resume", "reload",    "log-level", "metrics",
+                                                    "top",    "cache"};
 
 constexpr const char* usage_text =
   "usage: kvlane <command> [--socket PATH] [--json] [args]\n"
@@ -35,7 +41,13 @@ constexpr const char* usage_text =
   "  reload                 re-read the configuration and apply what can change live\n"
   "  log-level LOGGER LEVEL set a logger's level (LOGGER '*' = all)\n"
   "  metrics                Prometheus text\n"
-  "  top                    live view, refreshed every second (q or Ctrl-C quits)\n";
+  "  top                    live view, refreshed every second (q or Ctrl-C quits)\n"
+  "  cache ls [--model M]   one line per retained conversation KV entry\n"
+  "  cache drop --all [--model M] | --id ID [--model M]\n"
+  "                         drop retained KV, free its slots and store bytes, print what was freed\n"
+  "  cache drop --session NAME [--model M] [--uid UID]\n"
+  "                         forget a conversation kept for `kvlane chat` / --session\n"
+  "                         (default: this user's, of the default model)\n";
 
 int fail(int code, const std::string& message) {
   std::fprintf(stderr, "kvlane: %s\n", message.c_str());
@@ -68,6 +80,54 @@ std::string bar(double fraction, int width) {
   return std::string(full, '#') + std::string(width - full, '.');
 }
 
+std::string retained_summary(const json& m) {
+  return fmt::format("{} entries ({} in slots, {} stored), {} in slots, {} in the store",
+                     m["entries"].get<std::uint64_t>(), m["warm"].get<std::uint64_t>(),
+                     m["stored"].get<std::uint64_t>(), human_bytes(m["warm_bytes"].get<double>()),
+                     human_bytes(m["store_bytes"].get<double>()));
+}
+
+std::string reuse_line(const json& u) {
+  auto& ev = u["evictions"];
+  return fmt::format("retained {}; hits {} warm, {} load, {} recomputed; {} tokens reused "
+                     "({} prefilled); evicted {} slot, {} store, {} ttl, {} superseded, {} admin",
+                     retained_summary(u), u["hits_warm"].get<std::uint64_t>(),
+                     u["hits_load"].get<std::uint64_t>(), u["recomputed"].get<std::uint64_t>(),
+                     u["reused_tokens"].get<std::uint64_t>(),
+                     u["prefill_tokens"].get<std::uint64_t>(), ev["slot"].get<std::uint64_t>(),
+                     ev["store"].get<std::uint64_t>(), ev["ttl"].get<std::uint64_t>(),
+                     ev["superseded"].get<std::uint64_t>(), ev["admin"].get<std::uint64_t>());
+}
+
+std::string shout(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return s;
+}
+
+/// The device line of a model: shown while it is not healthy or once it has
+/// failed a step.
+void print_device(const json& m) {
+  if (!m.contains("device"))
+    return; // an older daemon
+  const auto& d = m["device"];
+  const auto state = d.value("state", std::string{"healthy"});
+  if (state == "healthy" && d.value("step_failures", std::uint64_t{0}) == 0)
+    return;
+  std::string wait;
+  if (state == "failing")
+    wait = fmt::format(", admission paused, backing off {:.0f} ms between steps",
+                       d.value("backoff_ms", 0.0));
+  else if (state == "degraded")
+    wait = ", admission paused while the failed step is retried";
+  fmt::print("  device {}{}  (failed steps {}, retries {}, rows run alone {}, faulty rows {}, "
+             "backoffs {})\n",
+             state == "healthy" ? state : shout(state), wait,
+             d.value("step_failures", std::uint64_t{0}), d.value("step_retries", std::uint64_t{0}),
+             d.value("isolated_rows", std::uint64_t{0}), d.value("row_faults", std::uint64_t{0}),
+             d.value("backoffs", std::uint64_t{0}));
+}
+
 void print_status(const json& r) {
   fmt::print("kvlaned {}  up {}  mode {}  {}  clients {}\n", r["version"].get<std::string>(),
              human_duration(r["uptime_s"].get<double>()), r["mode"].get<std::string>(),
@@ -85,13 +145,20 @@ void print_status(const json& r) {
                m["queued"].get<int>(), m["parked"].get<int>(),
                m["tokens_generated"].get<std::uint64_t>(), m["preemptions"].get<std::uint64_t>(),
                m["swaps"].get<std::uint64_t>(), m["recomputes"].get<std::uint64_t>());
+    fmt::print("      {:<20} {}\n", "", reuse_line(m["reuse"]));
+    print_device(m);
   }
   auto& s = r["store"];
-  fmt::print("store {} used, {} committed of {} ({} snapshots, {} evictions)\n",
+  fmt::print("store {} used, {} committed of {} ({} snapshots, {} evictions: {} parked, {} "
+             "retained of which {} for the retained share); retained {} of {}\n",
              human_bytes(s["used_bytes"].get<double>()),
              human_bytes(s["committed_bytes"].get<double>()),
              human_bytes(s["limit_bytes"].get<double>()), s["snapshots"].get<std::uint64_t>(),
-             s["evictions"].get<std::uint64_t>());
+             s["evictions"].get<std::uint64_t>(), s["parked_evictions"].get<std::uint64_t>(),
+             s["retained_evictions"].get<std::uint64_t>(),
+             s["retained_share_evictions"].get<std::uint64_t>(),
+             human_bytes(s["retained_bytes"].get<double>()),
+             human_bytes(s["retained_limit_bytes"].get<double>()));
 }
 
 void print_ps(const json& r) {
@@ -106,6 +173,73 @@ void print_ps(const json& r) {
                q["tokens_in"].get<std::uint32_t>(), q["tokens_out"].get<std::uint32_t>(),
                human_duration(q["age_s"].get<double>()));
   }
+  for (auto& m : r["retained"])
+    fmt::print("retained {}: {}\n", m["model"].get<std::string>(), retained_summary(m));
+}
+
+void print_cache_ls(const json& r) {
+  fmt::print("{:>6} {:<16} {:<10} {:<16} {:>7} {:<8} {:>10} {:>7} {:>5}\n", "ID", "MODEL", "OWNER",
+             "SESSION", "TOKENS", "WHERE", "BYTES", "IDLE", "HITS");
+  for (auto& e : r["entries"]) {
+    auto where = e["where"] == "store"  ? std::string{"store"}
+                 : e["dumping"].get<bool>() ? fmt::format("slot {}>", e["slot"].get<int>())
+                                            : fmt::format("slot {}", e["slot"].get<int>());
+    auto owner = e["owner"].is_string() ? e["owner"].get<std::string>()
+                                        : std::to_string(e["owner"].get<std::uint64_t>());
+    auto session = e["session"].get<std::string>();
+    fmt::print("{:>6} {:<16.16} {:<10.10} {:<16.16} {:>7} {:<8} {:>10} {:>7} {:>5}\n",
+               e["id"].get<std::uint64_t>(), e["model"].get<std::string>(), owner,
+               session.empty() ? std::string{"-"} : session, e["tokens"].get<std::uint32_t>(),
+               where, human_bytes(e["bytes"].get<double>()),
+               human_duration(e["idle_s"].get<double>()), e["hits"].get<std::uint64_t>());
+  }
+}
+
+void print_cache_drop(const json& r) {
+  fmt::print("dropped {} retained entries ({} tokens): freed {} slots, {} snapshots, {} of the "
+             "store\n",
+             r["entries"].get<std::uint64_t>(), r["tokens"].get<std::uint64_t>(),
+             r["slots"].get<std::uint64_t>(), r["snapshots"].get<std::uint64_t>(),
+             human_bytes(r["store_bytes"].get<double>()));
+  for (auto& m : r["dropped"])
+    if (m["entries"].get<std::uint64_t>() > 0)
+      fmt::print("  {}: {} entries, {} slots, {} snapshots, {}\n", m["model"].get<std::string>(),
+                 m["entries"].get<std::uint64_t>(), m["slots"].get<std::uint64_t>(),
+                 m["snapshots"].get<std::uint64_t>(), human_bytes(m["store_bytes"].get<double>()));
+}
+
+/// `kvlane cache ls|drop ...` as an admin request (`args` without the
+/// global options). A drop takes exactly one selector; a new selector is one
+/// more option below and one more field in the request (docs/admin.md).
+expected<json, std::string> cache_request(const std::vector<std::string>& args) {
+  if (args.empty() || (args[0] != "ls" && args[0] != "drop"))
+    return unexpected(std::string{"cache: expected 'ls' or 'drop'"});
+  const bool drop = args[0] == "drop";
+  json req{{"cmd", drop ? "cache-drop" : "cache-ls"}};
+  int selectors = 0;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string_view a = args[i];
+    const bool has_value = i + 1 < args.size();
+    if (a == "--model" && has_value) {
+      req["model"] = args[++i];
+    } else if (drop && a == "--all") {
+      req["all"] = true;
+      ++selectors;
+    } else if (drop && a == "--id" && has_value) {
+      std::uint64_t id = 0;
+      const auto& v = args[++i];
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), id);
+      if (ec != std::errc{} || p != v.data() + v.size())
+        return unexpected(fmt::format("cache drop: '{}' is not an entry id", v));
+      req["id"] = id;
+      ++selectors;
+    } else {
+      return unexpected(fmt::format("cache {}: unexpected argument '{}'", args[0], a));
+    }
+  }
+  if (drop && selectors != 1)
+    return unexpected(std::string{"cache drop: give exactly one of --all or --id ID"});
+  return req;
 }
 
 // The live view: per-slot state, lanes, tokens/s, store usage.
@@ -120,6 +254,9 @@ int run_top(admin_connection& c) {
     auto ps = c.ask({{"cmd", "ps"}}, reply_timeout);
     if (!ps)
       return fail(2, ps.error().message);
+    auto cache = c.ask({{"cmd", "cache-ls"}}, reply_timeout);
+    if (!cache)
+      return fail(2, cache.error().message);
     if (st->contains("error"))
       return fail(1, (*st)["error"]["message"].get<std::string>());
     std::uint64_t tokens = 0;
@@ -142,6 +279,11 @@ int run_top(admin_connection& c) {
       auto name = m["name"].get<std::string>();
       int slots = m["slots"].get<int>();
       std::vector<std::string> cells(static_cast<std::size_t>(slots), "·");
+      for (auto& e : cache->value("entries", json::array())) {
+        auto slot = e["slot"].get<int>();
+        if (e["model"] == name && slot >= 0 && slot < slots)
+          cells[static_cast<std::size_t>(slot)] = "w";
+      }
       for (auto& q : (*ps)["sequences"]) {
         auto slot = q["slot"].get<int>();
         if (q["model"] != name || slot < 0 || slot >= slots)
@@ -164,12 +306,16 @@ int run_top(admin_connection& c) {
                      m["without_slot_interactive"].get<int>(), m["without_slot_batch"].get<int>(),
                      m["queued"].get<int>(), m["parked"].get<int>(),
                      m["swaps"].get<std::uint64_t>(), m["recomputes"].get<std::uint64_t>());
+      fmt::format_to(w, "{:<16} {}\n", "", reuse_line(m["reuse"]));
     }
     auto& s = (*st)["store"];
     double limit = std::max(1.0, s["limit_bytes"].get<double>());
-    fmt::format_to(w, "\nstore [{}] {} committed of {}\n", bar(s["committed_bytes"].get<double>() / limit, 40),
-                   human_bytes(s["committed_bytes"].get<double>()), human_bytes(limit));
-    fmt::format_to(w, "slots: I interactive, B batch, L loading, D dumping, · free\n\n");
+    fmt::format_to(w, "\nstore [{}] {} committed of {}; retained {} of {}\n",
+                   bar(s["committed_bytes"].get<double>() / limit, 40),
+                   human_bytes(s["committed_bytes"].get<double>()), human_bytes(limit),
+                   human_bytes(s["retained_bytes"].get<double>()),
+                   human_bytes(s["retained_limit_bytes"].get<double>()));
+    fmt::format_to(w, "slots: I interactive, B batch, L loading, D dumping, w retained KV, · free\n\n");
     std::fwrite(out.data(), 1, out.size(), stdout);
     print_ps(*ps);
     std::fflush(stdout);
@@ -181,6 +327,66 @@ int run_top(admin_connection& c) {
         return 0;
     }
   }
+}
+
+/// `kvlane cache drop --session NAME [--model M] [--uid UID]`: the admin
+/// command cache-drop-session. argv[0] is "cache".
+int cache_drop_session_main(int argc, char** argv, std::string socket) {
+  bool as_json = false;
+  std::optional<std::string> session;
+  std::string model;
+  std::uint64_t uid = ::getuid();
+  std::vector<std::string_view> words;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a{argv[i]};
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= argc)
+        return std::nullopt;
+      return std::string{argv[++i]};
+    };
+    if (a == "--json") {
+      as_json = true;
+    } else if (a == "--socket" || a == "--session" || a == "--model" || a == "--uid") {
+      auto v = value();
+      if (!v)
+        return fail(64, fmt::format("cache: {} needs a value", a));
+      if (a == "--socket")
+        socket = *v;
+      else if (a == "--session")
+        session = *v;
+      else if (a == "--model")
+        model = *v;
+      else if (auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), uid);
+               ec != std::errc{} || p != v->data() + v->size())
+        return fail(64, fmt::format("cache: '{}' is not a user id", *v));
+    } else if (a.starts_with("--")) {
+      return fail(64, fmt::format("cache: unknown option '{}'\n{}", a, usage_text));
+    } else {
+      words.push_back(a);
+    }
+  }
+  if (words.size() != 1 || words[0] != "drop" || !session)
+    return fail(64, fmt::format("cache: expected 'drop --session NAME'\n{}", usage_text));
+  json req{{"cmd", "cache-drop-session"}, {"session", *session}, {"uid", uid}};
+  if (!model.empty())
+    req["model"] = model;
+  auto c = admin_connection::open(socket);
+  if (!c)
+    return fail(2, c.error().message);
+  auto r = c->ask(req, reply_timeout);
+  if (!r)
+    return fail(2, r.error().message);
+  if (as_json)
+    fmt::print("{}\n", r->dump());
+  if (r->contains("error")) {
+    auto& e = (*r)["error"];
+    return fail(e["code"] == "not_allowed" ? 2 : 1,
+                fmt::format("{}: {}", e["code"].get<std::string>(), e["message"].get<std::string>()));
+  }
+  if (!as_json)
+    fmt::print("dropped session '{}' of uid {} (model '{}')\n", (*r)["dropped"].get<std::string>(),
+               (*r)["uid"].get<std::uint64_t>(), (*r)["model"].get<std::string>());
+  return 0;
 }
 
 } // namespace
@@ -196,12 +402,22 @@ std::string default_admin_socket() {
 int admin_main(int argc, char** argv) {
   std::string cmd = argv[0];
   std::string socket = default_admin_socket();
+  // `cache drop --session` forgets a conversation; the other cache forms
+  // (ls, drop --all | --id) go through the common path below.
+  if (cmd == "cache"
+      && std::any_of(argv + 1, argv + argc, [](const char* a) { return std::string_view{a} == "--session"; }))
+    return cache_drop_session_main(argc, argv, socket);
   bool as_json = false, wait = true;
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     std::string_view a{argv[i]};
     if (a == "--json")
       as_json = true;
+    else if (cmd == "cache" && (a == "--model" || a == "--id") && i + 1 < argc) {
+      args.emplace_back(a);
+      args.emplace_back(argv[++i]);
+    } else if (cmd == "cache" && a == "--all")
+      args.emplace_back(a);
     else if (a == "--no-wait")
       wait = false;
     else if (a == "--socket" && i + 1 < argc)
@@ -232,6 +448,12 @@ int admin_main(int argc, char** argv) {
       req["logger"] = args[0];
       req["level"] = args[1];
     }
+  } else if (cmd == "cache") {
+    auto r = cache_request(args);
+    if (!r)
+      return fail(64, fmt::format("{}\n{}", r.error(), usage_text));
+    req = std::move(*r);
+    want_args = args.size();
   }
   if (args.size() != want_args)
     return fail(64, fmt::format("{}: expected {} argument(s)\n{}", cmd, want_args, usage_text));
@@ -285,6 +507,10 @@ int admin_main(int argc, char** argv) {
     print_ps(*r);
   else if (cmd == "metrics")
     std::fputs((*r)["text"].get<std::string>().c_str(), stdout);
+  else if (req["cmd"] == "cache-ls")
+    print_cache_ls(*r);
+  else if (req["cmd"] == "cache-drop")
+    print_cache_drop(*r);
   else if (cmd == "reload") {
     for (auto& a : (*r)["applied"])
       fmt::print("applied: {}\n", a.get<std::string>());

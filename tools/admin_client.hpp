@@ -1,7 +1,8 @@
 #pragma once
 
 // kvlane::tools::admin — the `kvlane` subcommands that talk to the admin
-// socket: status, ps, cancel, drain, resume, reload, log-level, metrics, top.
+// socket: status, ps, cancel, drain, resume, reload, log-level, metrics, top,
+// cache (ls, drop).
 // Each sends one JSON line and prints the response for people, or as is with
 // --json. Protocol: docs/admin.md.
 

@@ -3,6 +3,8 @@
 #include "backends/factory.hpp"
 #include "daemon/config.hpp"
 #include "tools/admin_client.hpp"
+#include "tools/chat_command.hpp"
+#include "tools/client_exit_code.hpp"
 #include "tools/probe.hpp"
 #include "tools/tokenize_command.hpp"
 
@@ -31,6 +33,8 @@ constexpr const char* usage_text =
   "\n"
   "commands:\n"
   "  run        send a prompt to kvlaned and stream the answer to stdout\n"
+  "  chat       talk with a model; kvlaned keeps the conversation (/bye leaves,\n"
+  "             /clear forgets it, \"\"\" begins and ends several lines)\n"
   "  status     version, uptime, models, slots, queues, store, mode\n"
   "  ps         one line per live sequence\n"
   "  cancel ID  cancel a sequence\n"
@@ -39,6 +43,7 @@ constexpr const char* usage_text =
   "  log-level LOGGER LEVEL\n"
   "  metrics    Prometheus text\n"
   "  top        live view of slots, lanes, tokens/s and store\n"
+  "  cache      retained conversation KV: 'cache ls', 'cache drop --all | --id ID'\n"
   "  probe      measure a backend: step time vs rows/tokens, dump/load time and\n"
   "             bandwidth, and whether transfers overlap compute\n"
   "  tokenize   print the token ids of a text (a model's tokenizer.json)\n"
@@ -78,7 +83,13 @@ constexpr const char* usage_text =
   "                              /run/kvlane/kvlane.sock as root, else\n"
   "                              $XDG_RUNTIME_DIR/kvlane/kvlane.sock)\n"
   "  --timeout MS                give up when no token arrives for MS (default 60000)\n"
+  "  --session NAME              a conversation kvlaned keeps: the prompt is appended to\n"
+  "                              NAME's history (1..64 of A-Z a-z 0-9 . _ -)\n"
   "  --stats                     print the request's timings on stderr at the end\n"
+  "\n"
+  "chat options:  kvlane chat [--model NAME] [--session NAME] [--max-tokens N]\n"
+  "  [--temperature X] [--top-k N] [--top-p X] [--seed N] [--socket PATH] [--timeout MS]\n"
+  "  without --session the conversation is forgotten when the chat ends\n"
   "run exit codes: 0 done (length or stop), 1 the request failed or was cancelled,\n"
   "  64 usage, 69 kvlaned is not running, 75 timeout, 76 protocol/version mismatch,\n"
   "  77 permission denied or user not allowed, 130 interrupted (Ctrl-C).\n";
@@ -199,20 +210,6 @@ extern "C" void on_interrupt(int) {
   interrupted = true;
 }
 
-/// Exit code of `kvlane run` for a client error (documented in the usage text).
-int run_exit_code(client::errc e) {
-  switch (e) {
-    case client::errc::daemon_not_running: return 69; // EX_UNAVAILABLE
-    case client::errc::permission_denied:
-    case client::errc::not_allowed: return 77;        // EX_NOPERM
-    case client::errc::version_mismatch:
-    case client::errc::protocol_error: return 76;     // EX_PROTOCOL
-    case client::errc::timeout: return 75;            // EX_TEMPFAIL
-    case client::errc::invalid_argument: return 64;
-    default: return 1;
-  }
-}
-
 int run_main(int argc, char** argv) {
   client::connect_options opts;
   opts.client_name = "kvlane-run";
@@ -269,6 +266,11 @@ int run_main(int argc, char** argv) {
     } else if (a == "--timeout") {
       if (int rc = number(timeout_ms, "milliseconds"); rc)
         return rc;
+    } else if (a == "--session") {
+      auto v = value();
+      if (!v)
+        return fail("--session needs a name", 64);
+      req.session = *v;
     } else if (a == "--stats") {
       stats = true;
     } else if (a.starts_with("--")) {
@@ -290,10 +292,10 @@ int run_main(int argc, char** argv) {
 
   auto conn = client::connect(opts);
   if (!conn)
-    return fail(conn.error().message, run_exit_code(conn.error().code));
+    return fail(conn.error().message, client_exit_code(conn.error().code));
   auto stream = (*conn)->submit(req);
   if (!stream)
-    return fail(stream.error().message, run_exit_code(stream.error().code));
+    return fail(stream.error().message, client_exit_code(stream.error().code));
 
   struct sigaction sa{};
   sa.sa_handler = on_interrupt;
@@ -315,7 +317,7 @@ int run_main(int argc, char** argv) {
       }
       std::fputs("\n", stdout);
       std::fflush(stdout);
-      return fail(chunk.error().message, run_exit_code(chunk.error().code));
+      return fail(chunk.error().message, client_exit_code(chunk.error().code));
     }
     last = std::chrono::steady_clock::now();
     std::fwrite(chunk->text.data(), 1, chunk->text.size(), stdout);
@@ -351,6 +353,10 @@ int cli_main(int argc, char** argv) {
     return probe_main(argc - 2, argv + 2);
   if (cmd == "run")
     return run_main(argc - 2, argv + 2);
+  if (cmd == "chat") {
+    const std::vector<std::string_view> args(argv + 2, argv + argc);
+    return chat_main(args, std::cin, std::cout, std::cerr, ::isatty(STDIN_FILENO) == 1);
+  }
   if (cmd == "tokenize" || cmd == "detokenize") {
     const std::vector<std::string_view> args(argv + 2, argv + argc);
     return cmd == "tokenize" ? tokenize_main(args, std::cin, std::cout, std::cerr)

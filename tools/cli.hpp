@@ -3,7 +3,8 @@
 // kvlane — the command-line tool. Subcommands:
 //   probe   measure a backend's step, dump/load and overlap behaviour
 //   run     send a prompt to kvlaned and stream the answer (the client library)
-// Client and admin subcommands arrive with the client library and admin socket.
+//   chat    an interactive conversation kept by kvlaned (tools/chat_command.hpp)
+// and the admin subcommands (tools/admin_client.hpp).
 
 namespace kvlane::tools {
 

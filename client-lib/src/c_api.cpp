@@ -87,6 +87,8 @@ kvlane_status kvlane_submit(kvlane_client* c, const kvlane_request* r, int timeo
     request q;
     if (r->model != nullptr)
       q.model = r->model;
+    if (r->session != nullptr)
+      q.session = r->session;
     if (r->prompt != nullptr)
       q.prompt = r->prompt;
     else if (r->prompt_tokens != nullptr)
@@ -139,6 +141,21 @@ kvlane_status kvlane_cancel(kvlane_stream* s) {
       return fail({errc::invalid_argument, "stream is NULL"});
     auto r = s->s->cancel();
     return r ? KVLANE_OK : fail(r.error());
+  });
+}
+
+kvlane_status kvlane_drop_session(kvlane_client* c, const char* session, const char* model,
+                                  int timeout_ms, int* existed) {
+  return guarded([&] {
+    if (c == nullptr || session == nullptr)
+      return fail({errc::invalid_argument, "client and session must not be NULL"});
+    auto r = c->conn->drop_session(session, model != nullptr ? model : "",
+                                   std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms));
+    if (!r)
+      return fail(r.error());
+    if (existed != nullptr)
+      *existed = *r ? 1 : 0;
+    return KVLANE_OK;
   });
 }
 

@@ -53,6 +53,7 @@ const char* to_string(errc e) noexcept {
     case errc::internal: return "internal";
     case errc::model_failed: return "model_failed";
     case errc::busy: return "busy";
+    case errc::session_busy: return "session_busy";
   }
   return "unknown";
 }
@@ -88,6 +89,7 @@ errc from_wire(proto::errc e) {
     case proto::errc::internal: return errc::internal;
     case proto::errc::model_failed: return errc::model_failed;
     case proto::errc::busy: return errc::busy;
+    case proto::errc::session_busy: return errc::session_busy;
     case proto::errc::ok:
     case proto::errc::bad_message:
     case proto::errc::duplicate_request:
@@ -197,6 +199,9 @@ struct connection::impl {
   std::condition_variable stats_cv;
   std::uint64_t stats_gen = 0;
   proto::stats_reply_msg last_stats;
+  std::mutex drop_mu;          ///< one session_drop in flight at a time
+  std::uint64_t dropped_gen = 0; ///< under stats_mu, like the stats replies
+  bool last_dropped = false;
 
   std::thread reader;
   std::once_flag closed_once;
@@ -369,6 +374,12 @@ struct connection::impl {
         ++stats_gen;
         stats_cv.notify_all();
       }
+      if (auto* d = std::get_if<proto::session_dropped_msg>(&*msg)) {
+        std::lock_guard lock{stats_mu};
+        last_dropped = d->existed;
+        ++dropped_gen;
+        stats_cv.notify_all();
+      }
     }
   }
 
@@ -435,6 +446,8 @@ struct connection::impl {
     auto bad = [](std::string m) { return make_error(errc::invalid_argument, std::move(m)); };
     if (!r.model.empty() && !valid_model_name(r.model))
       return bad("model name must be 1 to 64 characters from A-Z a-z 0-9 . _ -");
+    if (!r.session.empty() && !proto::valid_session_name(r.session))
+      return bad("session name must be 1 to 64 characters from A-Z a-z 0-9 . _ -");
     if (!r.prompt.empty() && !r.prompt_tokens.empty())
       return bad("give the prompt as text or as tokens, not both");
     if (r.prompt.empty() && r.prompt_tokens.empty())
@@ -479,6 +492,7 @@ struct connection::impl {
     head.prio = r.prio == priority::batch ? proto::priority::batch : proto::priority::interactive;
     head.stop_at_eos = r.sampling.stop_at_eos;
     head.model = r.model;
+    head.session = r.session;
     head.temperature = r.sampling.temperature;
     head.top_p = r.sampling.top_p;
     head.top_k = r.sampling.top_k;
@@ -746,6 +760,40 @@ result<void> connection::cancel(std::uint64_t request_id, std::chrono::milliseco
   if (impl_->lost)
     return impl_->lost_reason();
   return impl_->cancel(request_id, timeout);
+}
+
+result<bool> connection::drop_session(std::string_view session, std::string_view model,
+                                      std::chrono::milliseconds timeout) {
+  auto& c = *impl_;
+  if (!proto::valid_session_name(session))
+    return make_error(errc::invalid_argument,
+                      "session name must be 1 to 64 characters from A-Z a-z 0-9 . _ -");
+  if (!model.empty() && !valid_model_name(model))
+    return make_error(errc::invalid_argument,
+                      "model name must be 1 to 64 characters from A-Z a-z 0-9 . _ -");
+  if (c.lost)
+    return c.lost_reason();
+  // One drop at a time: replies carry no id, so they are matched by order.
+  std::lock_guard one{c.drop_mu};
+  std::uint64_t gen;
+  {
+    std::lock_guard lock{c.stats_mu};
+    gen = c.dropped_gen;
+  }
+  {
+    std::lock_guard lock{c.ctl_mu};
+    auto bytes = proto::encode(proto::session_drop_msg{std::string{model}, std::string{session}});
+    if (::send(c.ctl, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size()))
+      return make_error(errc::connection_lost,
+                        std::string{"sending a session drop: "} + std::strerror(errno));
+  }
+  std::unique_lock lock{c.stats_mu};
+  if (!c.stats_cv.wait_for(lock, timeout, [&] { return c.dropped_gen != gen || c.lost; }))
+    return make_error(errc::timeout, "no answer to the session drop within " +
+                                       std::to_string(timeout.count()) + " ms");
+  if (c.dropped_gen == gen)
+    return c.lost_reason();
+  return c.last_dropped;
 }
 
 result<daemon_stats> connection::stats(std::chrono::milliseconds timeout) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <random>
+#include <utility>
 
 namespace kvlane::daemon::http {
 
@@ -18,10 +19,15 @@ public:
   posting_sink(std::shared_ptr<post_gate> gate, std::weak_ptr<generation> g)
     : gate_(std::move(gate)), g_(std::move(g)) {}
 
+  void on_logprobs(std::span<const actors::token_logprobs> logprobs) override {
+    logprobs_.assign(logprobs.begin(), logprobs.end());
+  }
+
   void on_tokens(std::span<const actors::token_id> tokens) override {
-    gate_->post([g = g_, v = std::vector<actors::token_id>(tokens.begin(), tokens.end())] {
+    gate_->post([g = g_, v = std::vector<actors::token_id>(tokens.begin(), tokens.end()),
+                 lp = std::exchange(logprobs_, {})] {
       if (auto p = g.lock())
-        p->on_tokens(v);
+        p->on_tokens(v, lp);
     });
   }
 
@@ -35,6 +41,9 @@ public:
 private:
   std::shared_ptr<post_gate> gate_;
   std::weak_ptr<generation> g_;
+  // on_logprobs() comes just before the on_tokens() of the same tokens (one
+  // session thread at a time); they are posted together.
+  std::vector<actors::token_logprobs> logprobs_;
 };
 
 std::uint64_t random_seed() {
@@ -151,6 +160,9 @@ generation::start(service& svc, generation_request req, std::string client,
 
   actors::submit_request sub;
   sub.model = m->name;
+  // HTTP users cannot be told apart (the API key is the boundary): they share
+  // one reuse scope, apart from every local user's.
+  sub.owner = actors::http_owner;
   sub.client = req.session.empty() ? std::move(client) : "http:" + req.session;
   sub.priority = req.priority;
   sub.sampling.temperature = req.temperature;
@@ -160,6 +172,8 @@ generation::start(service& svc, generation_request req, std::string client,
   sub.sampling.max_tokens = static_cast<std::uint32_t>(req.max_tokens ? *req.max_tokens : room);
   sub.sampling.presence_penalty = req.presence_penalty;
   sub.sampling.frequency_penalty = req.frequency_penalty;
+  sub.sampling.logprobs = req.logprobs;
+  sub.sampling.top_logprobs = req.top_logprobs;
   sub.stop_at_eos = true;
   const auto prompt_size = static_cast<std::uint32_t>(prompt.size());
   sub.prompt_tokens = std::move(prompt);
@@ -192,14 +206,30 @@ void generation::emit(std::string text) {
     writer_->on_text(text);
 }
 
-void generation::on_tokens(const std::vector<backends::token_id>& tokens) {
+scored_token generation::score(const actors::token_logprobs& lp) const {
+  const auto& tok = backend_->tokens();
+  const auto choice = [&](const actors::token_logprob& c) {
+    return token_choice{tok.decode(std::span{&c.token, 1}), c.logprob};
+  };
+  scored_token out;
+  out.chosen = choice(lp.chosen);
+  for (const auto& c : lp.alternatives())
+    out.top.push_back(choice(c));
+  return out;
+}
+
+void generation::on_tokens(const std::vector<backends::token_id>& tokens,
+                           const std::vector<actors::token_logprobs>& logprobs) {
   if (finished_ || stop_matched_ || abandoned_)
     return;
   if (!first_token_)
     first_token_ = std::chrono::steady_clock::now();
   const auto& tok = backend_->tokens();
-  for (const auto t : tokens) {
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const auto t = tokens[i];
     ++completion_tokens_;
+    if (i < logprobs.size())
+      writer_->on_scored_token(score(logprobs[i]));
     auto r = stops_.feed(utf8_.feed(tok.decode(std::span{&t, 1})));
     emit(std::move(r.text));
     if (r.stopped) {
@@ -234,6 +264,7 @@ void generation::on_end(const actors::stream_end& end) {
   s.ttft_ms = end.ttft_ms;
   s.total_ms = end.e2e_ms;
   s.preemptions = end.preemptions;
+  s.cached_tokens = end.cached_tokens;
   if (!abandoned_)
     writer_->on_finish(s);
 }

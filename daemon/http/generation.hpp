@@ -42,11 +42,30 @@ struct generation_summary {
   double ttft_ms = 0;  ///< submit to the first token
   double total_ms = 0; ///< submit to the end
   std::uint32_t preemptions = 0;
+  std::uint32_t cached_tokens = 0; ///< prompt tokens served from retained KV, not prefilled
+};
+
+/// One candidate token as the client sees it.
+struct token_choice {
+  std::string text;   ///< the token's bytes (may be part of a UTF-8 character)
+  float logprob = 0;  ///< natural log of its probability (actors::log_probabilities)
+};
+
+/// A generated token's log probability and its most likely alternatives.
+struct scored_token {
+  token_choice chosen;
+  std::vector<token_choice> top; ///< most likely first; empty with top_logprobs 0
 };
 
 class generation_writer {
 public:
   virtual ~generation_writer() = default;
+  /// Only when the request asked for logprobs: once per generated token, in
+  /// order, before the text that token produced (stop-string and UTF-8
+  /// hold-back may delay that text to a later on_text, or the finish). Every
+  /// token counted in completion_tokens is reported, up to the one that
+  /// completed a stop string.
+  virtual void on_scored_token(const scored_token& /*t*/) {}
   /// Text in order (never empty), after stop-string hold-back.
   virtual void on_text(std::string_view text) = 0;
   virtual void on_finish(const generation_summary& s) = 0;
@@ -74,13 +93,16 @@ public:
   const std::string& model() const noexcept { return model_; }
 
   // HTTP thread, from the sink's posts.
-  void on_tokens(const std::vector<backends::token_id>& tokens);
+  /// `logprobs` holds one entry per token when the request asked for them.
+  void on_tokens(const std::vector<backends::token_id>& tokens,
+                 const std::vector<actors::token_logprobs>& logprobs);
   void on_end(const actors::stream_end& end);
 
 private:
   generation(service& svc, std::string model, std::shared_ptr<backends::backend> backend,
              std::vector<std::string> stops, std::unique_ptr<generation_writer> writer);
   void emit(std::string text);
+  scored_token score(const actors::token_logprobs& lp) const;
   void stop_sequence();
 
   service& svc_;

@@ -60,7 +60,10 @@ public:
     last["done_reason"] = s.finish_reason;
     last["total_duration"] = ns_of(s.total_ms);
     last["load_duration"] = 0;
+    // Ollama counts the whole prompt, cached or not, and reports the cached
+    // part separately (docs/http.md).
     last["prompt_eval_count"] = s.prompt_tokens;
+    last["prompt_eval_cached_count"] = s.cached_tokens;
     last["prompt_eval_duration"] = ns_of(s.ttft_ms);
     last["eval_count"] = s.completion_tokens;
     last["eval_duration"] = ns_of(s.total_ms - s.ttft_ms);

@@ -18,8 +18,57 @@ json usage_of(const generation_summary& s) {
   return {{"prompt_tokens", s.prompt_tokens},
           {"completion_tokens", s.completion_tokens},
           {"total_tokens", s.prompt_tokens + s.completion_tokens},
-          // Conversation reuse does not exist yet: no prompt token is served from a cache.
-          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+          {"prompt_tokens_details", {{"cached_tokens", s.cached_tokens}}}};
+}
+
+json bytes_of(const std::string& text) {
+  json out = json::array();
+  for (const unsigned char c : text)
+    out.push_back(c);
+  return out;
+}
+
+/// Chat's per-token entry: {token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}.
+json chat_logprob(const scored_token& t) {
+  json top = json::array();
+  for (const auto& c : t.top)
+    top.push_back({{"token", c.text}, {"logprob", c.logprob}, {"bytes", bytes_of(c.text)}});
+  return {{"token", t.chosen.text},
+          {"logprob", t.chosen.logprob},
+          {"bytes", bytes_of(t.chosen.text)},
+          {"top_logprobs", std::move(top)}};
+}
+
+/// Code points in `text` (invalid bytes count one each, as the JSON output
+/// replaces each with U+FFFD).
+std::size_t code_points(std::string_view text) {
+  std::size_t n = 0;
+  for (const unsigned char c : text)
+    n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+/// Legacy completions' shape: parallel arrays, alternatives as a map.
+/// `offset` is the text_offset of the first token and advances past them all.
+json completion_logprobs(const std::vector<scored_token>& tokens, std::size_t& offset) {
+  json out{{"tokens", json::array()},
+           {"token_logprobs", json::array()},
+           {"top_logprobs", json::array()},
+           {"text_offset", json::array()}};
+  for (const auto& t : tokens) {
+    out["tokens"].push_back(t.chosen.text);
+    out["token_logprobs"].push_back(t.chosen.logprob);
+    json top = json::object();
+    for (const auto& c : t.top)
+      if (!top.contains(c.text)) // two ids with the same text: the likelier one
+        top[c.text] = c.logprob;
+    if (!top.contains(t.chosen.text)) // OpenAI: the sampled token is always listed
+      top[t.chosen.text] = t.chosen.logprob;
+    out["top_logprobs"].push_back(std::move(top));
+    out["text_offset"].push_back(offset);
+    offset += code_points(t.chosen.text);
+  }
+  return out;
 }
 
 json timings_of(const generation_summary& s) {
@@ -29,12 +78,13 @@ json timings_of(const generation_summary& s) {
 /// Writes one OpenAI response (chat or text completion, streamed or not).
 class writer final : public generation_writer {
 public:
-  writer(std::weak_ptr<responder> out, bool chat, bool stream, bool include_usage, std::string id,
-         std::string model)
+  writer(std::weak_ptr<responder> out, bool chat, bool stream, bool include_usage, bool logprobs,
+         std::string id, std::string model)
     : out_(std::move(out)),
       chat_(chat),
       stream_(stream),
       include_usage_(include_usage),
+      logprobs_(logprobs),
       id_(std::move(id)),
       model_(std::move(model)),
       created_(unix_now()) {}
@@ -48,6 +98,8 @@ public:
     if (chat_)
       out->stream_write(sse_event(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)));
   }
+
+  void on_scored_token(const scored_token& t) override { scored_.push_back(t); }
 
   void on_text(std::string_view text) override {
     if (!stream_) {
@@ -73,7 +125,7 @@ public:
         out->respond(error_response(e, dialect::openai));
         return;
       }
-      json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", s.finish_reason}};
+      json choice{{"index", 0}, {"logprobs", take_logprobs()}, {"finish_reason", s.finish_reason}};
       if (chat_)
         choice["message"] = {{"role", "assistant"}, {"content", text_}};
       else
@@ -118,27 +170,50 @@ private:
     return j;
   }
 
-  json chunk(json delta, json finish) const {
+  json chunk(json delta, json finish) {
     auto j = base("chat.completion.chunk");
-    j["choices"] = json::array(
-      {{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", std::move(finish)}}});
-    return j;
-  }
-
-  json chunk_text(std::string_view text, json finish) const {
-    auto j = base("text_completion");
     j["choices"] = json::array({{{"index", 0},
-                                 {"text", std::string{text}},
-                                 {"logprobs", nullptr},
+                                 {"delta", std::move(delta)},
+                                 {"logprobs", take_logprobs()},
                                  {"finish_reason", std::move(finish)}}});
     return j;
   }
 
+  json chunk_text(std::string_view text, json finish) {
+    auto j = base("text_completion");
+    j["choices"] = json::array({{{"index", 0},
+                                 {"text", std::string{text}},
+                                 {"logprobs", take_logprobs()},
+                                 {"finish_reason", std::move(finish)}}});
+    return j;
+  }
+
+  /// The logprobs of the tokens scored since the last call, in the
+  /// endpoint's shape; null when the request did not ask or (a stream's
+  /// role and final chunks) no token is pending.
+  json take_logprobs() {
+    if (!logprobs_ || (stream_ && scored_.empty()))
+      return nullptr;
+    json out;
+    if (chat_) {
+      json content = json::array();
+      for (const auto& t : scored_)
+        content.push_back(chat_logprob(t));
+      out = {{"content", std::move(content)}, {"refusal", nullptr}};
+    } else {
+      out = completion_logprobs(scored_, text_offset_);
+    }
+    scored_.clear();
+    return out;
+  }
+
   std::weak_ptr<responder> out_;
-  const bool chat_, stream_, include_usage_;
+  const bool chat_, stream_, include_usage_, logprobs_;
   const std::string id_, model_;
   const std::int64_t created_;
   std::string text_;
+  std::vector<scored_token> scored_; ///< not yet written
+  std::size_t text_offset_ = 0;      ///< completions: code points before scored_.front()
 };
 
 std::shared_ptr<generation> run(service& svc, expected<generation_request, api_error> req,
@@ -150,7 +225,8 @@ std::shared_ptr<generation> run(service& svc, expected<generation_request, api_e
   const bool chat = req->what == generation_request::kind::chat;
   const bool stream = req->stream;
   auto id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", svc.next_request++);
-  auto w = std::make_unique<writer>(out, chat, stream, req->include_usage, std::move(id), req->model);
+  auto w = std::make_unique<writer>(out, chat, stream, req->include_usage, req->logprobs,
+                                    std::move(id), req->model);
   auto* raw = w.get();
   auto g = generation::start(svc, std::move(*req), std::move(client), std::move(w));
   if (!g) {

@@ -300,18 +300,6 @@ result<bool> read_openai_common(const std::string& k, const json& x, generation_
     KVLANE_HTTP_TRY(read_uint(x, k, n, 1, 128));
     if (n != 1)
       return unexpected(unsupported("n", "one choice per request (n = 1)"));
-  } else if (k == "logprobs") {
-    bool on = false;
-    if (!x.is_boolean() && !x.is_number_integer())
-      return unexpected(wrong_type(k, "a boolean", x));
-    on = x.is_boolean() ? x.get<bool>() : x.get<std::int64_t>() != 0;
-    if (on)
-      return unexpected(unsupported("logprobs", "log probabilities are not reported yet"));
-  } else if (k == "top_logprobs") {
-    std::uint32_t n = 0;
-    KVLANE_HTTP_TRY(read_uint(x, k, n, 0, 20));
-    if (n != 0)
-      return unexpected(unsupported("top_logprobs", "log probabilities are not reported yet"));
   } else if (k == "user") {
     std::string ignored;
     KVLANE_HTTP_TRY(read_string(x, k, ignored, 256)); // an end-user id for abuse tracking: no use here
@@ -420,6 +408,16 @@ expected<generation_request, api_error> decode_chat_completion(std::string_view 
       has_messages = true;
       continue;
     }
+    if (k == "logprobs") { // chat: a boolean
+      if (!x.is_null())
+        KVLANE_HTTP_TRY(read_bool(x, k, r.logprobs));
+      continue;
+    }
+    if (k == "top_logprobs") {
+      if (!x.is_null())
+        KVLANE_HTTP_TRY(read_uint(x, k, r.top_logprobs, 0, actors::max_top_logprobs));
+      continue;
+    }
     auto known = read_openai_common(k, x, r, stream_options);
     if (!known)
       return unexpected(std::move(known).error());
@@ -427,6 +425,8 @@ expected<generation_request, api_error> decode_chat_completion(std::string_view 
       return unexpected(unsupported(k));
   }
   KVLANE_HTTP_TRY(finish_openai(r, stream_options));
+  if (r.top_logprobs > 0 && !r.logprobs)
+    return unexpected(invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true"));
   if (!has_messages)
     return unexpected(invalid("messages", "'messages' is required"));
   return r;
@@ -457,6 +457,13 @@ expected<generation_request, api_error> decode_completion(std::string_view body)
         return unexpected(unsupported("prompt", "one prompt per request (a batch of prompts is not)"));
       } else {
         return unexpected(wrong_type("prompt", "a string or an array of token ids", x));
+      }
+      continue;
+    }
+    if (k == "logprobs") { // completions: how many alternatives per token
+      if (!x.is_null()) {
+        KVLANE_HTTP_TRY(read_uint(x, k, r.top_logprobs, 0, max_completion_logprobs));
+        r.logprobs = true;
       }
       continue;
     }

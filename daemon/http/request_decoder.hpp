@@ -25,6 +25,9 @@ namespace kvlane::daemon::http {
 inline constexpr std::size_t max_json_depth = 32;
 inline constexpr std::size_t max_stop_strings = 4;
 inline constexpr std::size_t max_stop_bytes = 256;
+/// /v1/completions' integer `logprobs` bound (OpenAI's); chat's
+/// `top_logprobs` goes to actors::max_top_logprobs.
+inline constexpr std::uint32_t max_completion_logprobs = 5;
 
 /// One generation request, whichever API it came from.
 struct generation_request {
@@ -44,6 +47,8 @@ struct generation_request {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   std::vector<std::string> stop;
+  bool logprobs = false;          ///< report each generated token's log probability
+  std::uint32_t top_logprobs = 0; ///< with this many alternatives per token
   bool stream = false;
   bool include_usage = false;
   actors::priority_class priority = actors::priority_class::interactive;

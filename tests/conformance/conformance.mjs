@@ -57,6 +57,19 @@ check("chat completion, streaming with usage, equals the non-streamed text", asy
   assert.equal(usage.completion_tokens, 10);
 });
 
+check("a repeated prompt reports the reused prefix in cached_tokens", async () => {
+  const body = {
+    model, max_tokens: 4, temperature: 0,
+    messages: [{ role: "system", content: "You answer in riddles. ".repeat(8) },
+               { role: "user", content: "Where does the river go?" }],
+  };
+  const first = await openai.chat.completions.create(body);
+  assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
+  const again = await openai.chat.completions.create(body);
+  // Every prompt token but the last (whose logits give the first new token) is reused.
+  assert.equal(again.usage.prompt_tokens_details.cached_tokens, again.usage.prompt_tokens - 1);
+});
+
 check("text completion, streaming and not", async () => {
   const r = await openai.completions.create({ model, prompt: "Once upon", max_tokens: 5, temperature: 0 });
   assert.equal(r.choices[0].finish_reason, "length");
@@ -64,6 +77,28 @@ check("text completion, streaming and not", async () => {
   let text = "";
   for await (const chunk of s) text += chunk.choices[0]?.text ?? "";
   assert.equal(text, r.choices[0].text);
+});
+
+check("chat logprobs: one entry per token, top_logprobs sorted, the same streamed", async () => {
+  const body = {
+    model, messages: [{ role: "user", content: "logprobs" }], max_tokens: 6, temperature: 0,
+    logprobs: true, top_logprobs: 3,
+  };
+  const whole = await openai.chat.completions.create(body);
+  const content = whole.choices[0].logprobs.content;
+  assert.equal(content.length, 6);
+  for (const e of content) {
+    assert.equal(e.top_logprobs.length, 3);
+    assert.equal(e.top_logprobs[0].token, e.token); // greedy: the sampled token is the likeliest
+    assert.equal(e.top_logprobs[0].logprob, e.logprob);
+    assert.ok(e.top_logprobs[1].logprob <= e.top_logprobs[0].logprob);
+    assert.deepEqual(e.bytes, [...Buffer.from(e.token, "utf8")]);
+  }
+  const stream = await openai.chat.completions.create({ ...body, stream: true });
+  const streamed = [];
+  for await (const chunk of stream)
+    for (const c of chunk.choices) streamed.push(...(c.logprobs?.content ?? []));
+  assert.deepEqual(streamed, content);
 });
 
 check("a stop string ends the text before it", async () => {

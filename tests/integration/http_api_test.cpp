@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <regex>
 
 using namespace std::chrono_literals;
@@ -143,8 +144,9 @@ struct http_fixture {
   std::unique_ptr<child_process> proc;
   std::uint16_t port = 0;
 
-  http_fixture() {
-    const auto config = dir.write("kvlane.toml", http_config(run_dir));
+  /// `config_for` renders the config for a runtime dir (default: http_config).
+  explicit http_fixture(std::string (*config_for)(const std::string&) = http_config) {
+    const auto config = dir.write("kvlane.toml", config_for(run_dir));
     proc = std::make_unique<child_process>(spawn(KVLANED_PATH, {"--config", config}));
     REQUIRE(proc->wait_for_output("ready:", 20s));
     std::smatch m;
@@ -183,6 +185,8 @@ struct http_fixture {
 
   /// `kvlane ps --json`: the live sequences.
   json ps() { return json::parse(cli({"ps", "--json"})); }
+  /// `kvlane status --json`.
+  json status() { return json::parse(cli({"status", "--json"})); }
 };
 
 /// The `data:` payloads of an SSE body; checks the framing on the way.
@@ -341,6 +345,109 @@ TEST_CASE("http api: text completions take a prompt and default to 16 tokens") {
   CHECK(r["choices"][0].contains("text"));
 }
 
+/// The bytes a logprobs entry lists, as a string.
+std::string bytes_text(const json& entry) {
+  std::string out;
+  for (const auto& b : entry["bytes"])
+    out.push_back(static_cast<char>(b.get<int>()));
+  return out;
+}
+
+TEST_CASE("http api: chat logprobs list each token with its top alternatives, streamed or not") {
+  http_fixture d;
+  auto body = chat_body("logprobs please", 10);
+  body["temperature"] = 0.9;
+  body["seed"] = 5;
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  const auto whole = d.post_json("/v1/chat/completions", body);
+  const auto& choice = whole["choices"][0];
+  REQUIRE(choice["logprobs"].is_object());
+  const auto content = choice["logprobs"]["content"];
+  REQUIRE(content.size() == 10); // one entry per generated token
+  CHECK(whole["usage"]["completion_tokens"] == 10);
+  std::string joined;
+  for (const auto& e : content) {
+    CAPTURE(e.dump());
+    joined += bytes_text(e);
+    CHECK(e["logprob"].get<double>() <= 0.0);
+    const auto& top = e["top_logprobs"];
+    REQUIRE(top.size() == 3);
+    for (std::size_t i = 0; i < top.size(); ++i) {
+      CHECK(top[i]["logprob"].get<double>() <= 0.0);
+      if (i > 0)
+        CHECK(top[i - 1]["logprob"].get<double>() >= top[i]["logprob"].get<double>());
+      if (top[i]["token"] == e["token"])
+        CHECK(top[i]["logprob"] == e["logprob"]);
+    }
+  }
+  CHECK(joined == choice["message"]["content"].get<std::string>());
+
+  body["stream"] = true;
+  auto r = d.request("POST", "/v1/chat/completions", body.dump());
+  REQUIRE(r.status == 200);
+  const auto events = sse_payloads(r.body);
+  REQUIRE(events.back() == "[DONE]");
+  json streamed = json::array();
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    const auto c = json::parse(events[i]);
+    const auto& lp = c["choices"][0]["logprobs"];
+    if (c["choices"][0]["delta"].contains("content")
+        && !c["choices"][0]["delta"]["content"].get<std::string>().empty())
+      CHECK_FALSE(lp.is_null()); // a text chunk carries its tokens' logprobs
+    if (!lp.is_null())
+      for (const auto& e : lp["content"])
+        streamed.push_back(e);
+  }
+  CHECK(streamed == content); // the same tokens and the same values both ways
+}
+
+TEST_CASE("http api: completions logprobs give tokens, token_logprobs, top_logprobs and offsets") {
+  http_fixture d;
+  const auto r = d.post_json("/v1/completions", {{"model", "tiny"},
+                                                 {"prompt", "Once upon"},
+                                                 {"max_tokens", 8},
+                                                 {"temperature", 0},
+                                                 {"logprobs", 2}});
+  const auto& choice = r["choices"][0];
+  const auto& lp = choice["logprobs"];
+  REQUIRE(lp["tokens"].size() == 8);
+  REQUIRE(lp["token_logprobs"].size() == 8);
+  REQUIRE(lp["top_logprobs"].size() == 8);
+  REQUIRE(lp["text_offset"].size() == 8);
+  std::string joined;
+  for (std::size_t i = 0; i < 8; ++i) {
+    CAPTURE(i);
+    const auto token = lp["tokens"][i].get<std::string>();
+    const auto logprob = lp["token_logprobs"][i].get<double>();
+    const auto& top = lp["top_logprobs"][i];
+    CHECK(lp["text_offset"][i] == joined.size()); // ASCII: code points are bytes
+    joined += token;
+    CHECK(logprob <= 0.0);
+    CHECK(top.size() >= 1);
+    CHECK(top.size() <= 3); // two alternatives plus the sampled token
+    REQUIRE(top.contains(token));
+    CHECK(top[token].get<double>() == logprob);
+    double best = -1e9;
+    for (const auto& [t, v] : top.items())
+      best = std::max(best, v.get<double>());
+    CHECK(logprob == best); // greedy: the sampled token is the most likely
+  }
+  CHECK(joined == choice["text"].get<std::string>());
+}
+
+TEST_CASE("http api: logprobs out of range are a 400 naming the field") {
+  http_fixture d;
+  auto body = chat_body("x", 2);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 21;
+  auto e = d.post_json("/v1/chat/completions", body, 400)["error"];
+  CHECK(e["param"] == "top_logprobs");
+  CHECK(e["message"].get<std::string>().find("top_logprobs") != std::string::npos);
+  e = d.post_json("/v1/completions", {{"model", "tiny"}, {"prompt", "x"}, {"logprobs", 6}}, 400)["error"];
+  CHECK(e["param"] == "logprobs");
+}
+
 TEST_CASE("http api: errors come in OpenAI's shape with the right status") {
   http_fixture d;
   auto bad_json = d.request("POST", "/v1/chat/completions", "{\"model\": ");
@@ -485,4 +592,174 @@ TEST_CASE("http api: while draining, requests and /health get 503 with Retry-Aft
   CHECK(json::parse(r.body)["error"]["code"] == "draining");
   d.cli({"resume"});
   CHECK(d.request("GET", "/health", {}, {}, false).status == 200);
+}
+
+namespace {
+
+/// One slot, so that a request of another prefix pushes the warm KV into the
+/// store; a slower sim, so that loading a snapshot clearly beats a prefill.
+std::string one_slot_config(const std::string& run_dir) {
+  return fmt::format(R"(version = 1
+[daemon]
+runtime_dir = "{}"
+worker_threads = 2
+[[model]]
+name = "tiny"
+[model.sim]
+slots = 1
+max_context = 512
+snapshot_bytes = "512KiB"
+time_scale = 100
+[reuse]
+min_prefix_tokens = 16
+[http]
+listen = "127.0.0.1:0"
+)",
+                     run_dir);
+}
+
+json completion_ids(std::vector<int> ids) {
+  return {{"model", "tiny"}, {"prompt", std::move(ids)}, {"max_tokens", 8}, {"temperature", 0}};
+}
+
+std::vector<int> ids(int n, int first) {
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(65 + (first + i * 7) % 26);
+  return out;
+}
+
+std::uint64_t cached_of(const json& r) {
+  return r["usage"]["prompt_tokens_details"]["cached_tokens"].get<std::uint64_t>();
+}
+
+/// The value of one sample line of the Prometheus text, or -1 if absent.
+double sample(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  if (at == std::string::npos)
+    return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+} // namespace
+
+TEST_CASE("http api: cached_tokens is the prefix the engine reused, warm or loaded, and matches "
+          "status, metrics and the Ollama counts") {
+  http_fixture d{one_slot_config};
+  const auto prompt = ids(100, 0);
+  auto r1 = d.post_json("/v1/completions", completion_ids(prompt));
+  CHECK(cached_of(r1) == 0);
+  CHECK(r1["usage"]["prompt_tokens"] == 100);
+
+  // The same prompt: all but its last token come from the warm slot.
+  auto r2 = d.post_json("/v1/completions", completion_ids(prompt));
+  CHECK(r2["usage"]["prompt_tokens"] == 100);
+  CHECK(cached_of(r2) == 99);
+  auto reuse = d.status()["models"][0]["reuse"];
+  CHECK(reuse["hits_warm"] == 1);
+  CHECK(reuse["reused_tokens"] == 99);
+
+  // Ollama counts the whole prompt and reports the cached part beside it.
+  const json gen{{"model", "tiny"}, {"prompt", std::string(70, 'q')}, {"stream", false},
+                 {"options", {{"num_predict", 4}, {"temperature", 0}}}};
+  auto o1 = d.post_json("/api/generate", gen);
+  CHECK(o1["prompt_eval_cached_count"] == 0);
+  auto o2 = d.post_json("/api/generate", gen);
+  const auto prompt_len = o2["prompt_eval_count"].get<std::uint64_t>();
+  CHECK(prompt_len == o1["prompt_eval_count"].get<std::uint64_t>());
+  CHECK(prompt_len > 70);
+  CHECK(o2["prompt_eval_cached_count"] == prompt_len - 1);
+
+  // The completion's KV went to the store when the Ollama requests needed the
+  // slot; a prompt that extends it loads the snapshot and prefills the rest.
+  reuse = d.status()["models"][0]["reuse"];
+  CHECK(reuse["stored"] == 1);
+  const auto reused_before = reuse["reused_tokens"].get<std::uint64_t>();
+  auto longer = prompt;
+  for (int extra : ids(20, 3))
+    longer.push_back(extra);
+  auto r3 = d.post_json("/v1/completions", completion_ids(longer));
+  reuse = d.status()["models"][0]["reuse"];
+  CAPTURE(reuse.dump());
+  CHECK(reuse["hits_load"] == 1);
+  CHECK(cached_of(r3) >= 100); // the whole first prompt, and its output as far as it matches
+  CHECK(cached_of(r3) == reuse["reused_tokens"].get<std::uint64_t>() - reused_before);
+
+  const auto metrics = d.cli({"metrics"});
+  CHECK(sample(metrics, R"(kvlane_reuse_total{model="tiny",outcome="warm"})") == 2);
+  CHECK(sample(metrics, R"(kvlane_reuse_total{model="tiny",outcome="load"})") == 1);
+  CHECK(sample(metrics, R"(kvlane_reused_tokens_total{model="tiny"})")
+        == double(99 + (prompt_len - 1) + cached_of(r3)));
+  CHECK(sample(metrics, R"(kvlane_retained_entries{model="tiny",where="slot"})") == 1);
+  CHECK(metrics.find("# HELP kvlane_retained_evictions_total ") != std::string::npos);
+  CHECK(sample(metrics, R"(kvlane_store_retained_bytes)") > 0);
+}
+
+TEST_CASE("http api: kvlane cache ls lists retained KV and cache drop frees its slot and store "
+          "bytes") {
+  http_fixture d{one_slot_config};
+  d.post_json("/v1/completions", completion_ids(ids(60, 0)));
+  d.post_json("/v1/completions", completion_ids(ids(60, 5))); // pushes the first into the store
+
+  auto ls = json::parse(d.cli({"cache", "ls", "--json"}));
+  REQUIRE(ls["entries"].size() == 2);
+  const auto& stored = ls["entries"][0];
+  CHECK(stored["model"] == "tiny");
+  CHECK(stored["owner"] == "http");
+  CHECK(stored["where"] == "store");
+  CHECK(stored["tokens"] == 60 + 8 - 1);
+  CHECK(stored["bytes"].get<std::uint64_t>() > 0);
+  CHECK(stored["hits"] == 0);
+  CHECK(ls["entries"][1]["where"] == "slot");
+  CHECK(ls["entries"][1]["slot"] == 0);
+  const auto text = d.cli({"cache", "ls", "--model", "tiny"});
+  CHECK(text.find("store") != std::string::npos);
+  CHECK(text.find("slot 0") != std::string::npos);
+
+  auto status = d.status();
+  CHECK(status["store"]["retained_bytes"] == stored["bytes"]);
+  CHECK(status["models"][0]["reuse"]["store_bytes"] == stored["bytes"]);
+
+  auto one = json::parse(d.cli({"cache", "drop", "--id", std::to_string(stored["id"].get<std::uint64_t>()),
+                                "--json"}));
+  CHECK(one["entries"] == 1);
+  CHECK(one["snapshots"] == 1);
+  CHECK(one["store_bytes"] == stored["bytes"]);
+
+  const auto all = d.cli({"cache", "drop", "--all"});
+  CHECK(all.find("dropped 1 retained entries") != std::string::npos);
+  CHECK(all.find("freed 1 slots") != std::string::npos);
+
+  status = d.status();
+  CHECK(status["models"][0]["reuse"]["entries"] == 0);
+  CHECK(status["models"][0]["reuse"]["evictions"]["admin"] == 2);
+  CHECK(status["store"]["retained_bytes"] == 0);
+  CHECK(status["store"]["used_bytes"] == 0);
+  CHECK(json::parse(d.cli({"cache", "ls", "--json"}))["entries"].empty());
+
+  // Bad selectors are usage errors (64); an unknown id is the daemon's not_found (1).
+  const auto sock = d.run_dir + "/kvlane-admin.sock";
+  CHECK(spawn(KVLANE_CLI_PATH, {"cache", "drop", "--socket", sock}).wait_exit(30s) == 64);
+  CHECK(spawn(KVLANE_CLI_PATH, {"cache", "drop", "--all", "--id", "3", "--socket", sock})
+          .wait_exit(30s)
+        == 64);
+  CHECK(spawn(KVLANE_CLI_PATH, {"cache", "drop", "--id", "999", "--socket", sock}).wait_exit(30s)
+        == 1);
+}
+
+TEST_CASE("http api: an HTTP request never reuses the KV a local user's request left") {
+  http_fixture d{one_slot_config};
+  const std::string prompt(80, 'p');
+  auto run = spawn(KVLANE_CLI_PATH, {"run", "--socket", d.run_dir + "/kvlane.sock", "--model", "tiny",
+                                     "--max-tokens", "4", prompt});
+  REQUIRE(run.wait_exit(30s) == 0);
+  const json body{{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}};
+  auto first = d.post_json("/v1/completions", body);
+  CHECK(cached_of(first) == 0);
+  auto second = d.post_json("/v1/completions", body);
+  CHECK(cached_of(second) == second["usage"]["prompt_tokens"].get<std::uint64_t>() - 1);
+  const auto ls = json::parse(d.cli({"cache", "ls", "--json"}));
+  REQUIRE(ls["entries"].size() == 2);
+  CHECK(ls["entries"][0]["owner"] == getuid());
+  CHECK(ls["entries"][1]["owner"] == "http");
 }

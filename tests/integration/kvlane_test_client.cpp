@@ -9,6 +9,8 @@
 //   hang     submit K batch requests of T tokens, print STREAMING at the first
 //            token, then keep reading until killed
 //   connect  connect and print CONNECTED, or ERROR <code> <message> (exit = code)
+//   session  one turn of session --session NAME (20 prompt tokens 60..79, 4
+//            generated), print "PROMPT_TOKENS <n>": the tokens the daemon submitted
 #include "tests/integration/ipc_requests.hpp"
 
 #include <kvlane/client.hpp>
@@ -26,7 +28,7 @@ using namespace kvlane;
 using namespace std::chrono_literals;
 
 int main(int argc, char** argv) {
-  std::string socket, mode = "mixed";
+  std::string socket, mode = "mixed", session;
   int client_no = 0, requests = 20, uid = -1;
   std::uint32_t max_tokens = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
     else if (a == "--requests") requests = std::atoi(argv[i + 1]);
     else if (a == "--max-tokens") max_tokens = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
     else if (a == "--uid") uid = std::atoi(argv[i + 1]);
+    else if (a == "--session") session = argv[i + 1];
   }
   if (uid >= 0 && (::setgid(static_cast<gid_t>(uid)) != 0 || ::setuid(static_cast<uid_t>(uid)) != 0)) {
     std::printf("ERROR setuid %s\n", std::strerror(errno));
@@ -53,6 +56,27 @@ int main(int argc, char** argv) {
   }
   if (mode == "connect") {
     std::printf("CONNECTED\n");
+    return 0;
+  }
+  if (mode == "session") {
+    client::request r;
+    r.session = session;
+    for (std::uint32_t t = 60; t < 80; ++t)
+      r.prompt_tokens.push_back(t);
+    r.sampling.max_tokens = 4;
+    r.sampling.stop_at_eos = false;
+    auto s = (*conn)->submit(r);
+    if (!s) {
+      std::printf("ERROR submit: %s\n", s.error().message.c_str());
+      return 1;
+    }
+    auto end = (*s)->wait(60s);
+    if (!end) {
+      std::printf("ERROR wait: %s\n", end.error().message.c_str());
+      return 1;
+    }
+    std::printf("PROMPT_TOKENS %u\n", end->prompt_tokens);
+    std::fflush(stdout);
     return 0;
   }
   if (mode == "hang") {

@@ -63,6 +63,7 @@ enum class errc : int {
   internal = 15,
   model_failed = 16,      ///< the model failed (its scheduler stopped) and serves nothing
   busy = 17,              ///< an admission limit is reached: retry later (the message says when)
+  session_busy = 18,      ///< the session's last turn is still running (or all of the user's are)
 };
 
 /// Stable lower-case name, e.g. "daemon_not_running".
@@ -125,6 +126,13 @@ struct request {
   std::vector<std::uint32_t> prompt_tokens; ///< ... or token ids, used as is
   sampling_params sampling;
   priority prio = priority::interactive;
+  /// Empty: stateless. Else a conversation name (1..64 of [A-Za-z0-9._-]):
+  /// the daemon keeps this user's history of the session and submits it
+  /// followed by this prompt (BOS only on the first turn); the turn and what
+  /// is streamed for it join the history when it ends, however it ends. One
+  /// turn at a time per session (errc::session_busy); errc::too_long when the
+  /// history would outgrow the context (drop_session() and start again).
+  std::string session;
 };
 
 enum class end_reason : std::uint8_t {
@@ -241,6 +249,12 @@ public:
                                std::chrono::milliseconds timeout = std::chrono::seconds(2));
   result<void> cancel(std::uint64_t request_id,
                       std::chrono::milliseconds timeout = std::chrono::seconds(2));
+
+  /// Forgets this user's session `session` of `model` (empty: the default
+  /// model) on the daemon: the next turn starts a new conversation. Returns
+  /// whether it existed.
+  result<bool> drop_session(std::string_view session, std::string_view model = {},
+                            std::chrono::milliseconds timeout = std::chrono::seconds(2));
 
   /// The daemon's figures (clients, live requests, store use, counters).
   result<daemon_stats> stats(std::chrono::milliseconds timeout = std::chrono::seconds(2));

@@ -47,7 +47,8 @@ typedef enum kvlane_status {
   KVLANE_SHUTTING_DOWN = 14,
   KVLANE_INTERNAL = 15,
   KVLANE_MODEL_FAILED = 16,
-  KVLANE_BUSY = 17
+  KVLANE_BUSY = 17,
+  KVLANE_SESSION_BUSY = 18
 } kvlane_status;
 
 typedef enum kvlane_end_reason {
@@ -73,6 +74,9 @@ typedef struct kvlane_request {
   uint64_t seed;
   uint32_t max_tokens;
   int stop_at_eos;        /* non-zero: stop at the model's end-of-sequence token */
+  const char* session;    /* NULL or "": stateless; else a conversation name, 1..64 of
+                             [A-Za-z0-9._-]: the daemon keeps the history and prepends it
+                             (see kvlane::client::request::session) */
 } kvlane_request;
 
 /* Valid until the next kvlane_next() on the same stream or its free. */
@@ -102,6 +106,10 @@ kvlane_status kvlane_submit(kvlane_client* c, const kvlane_request* r, int timeo
  * the request's failure (e.g. KVLANE_UNKNOWN_MODEL, KVLANE_CONNECTION_LOST). */
 kvlane_status kvlane_next(kvlane_stream* s, int timeout_ms, kvlane_chunk* out);
 kvlane_status kvlane_cancel(kvlane_stream* s);
+/* Forgets this user's session `session` of `model` (NULL or "": the default
+ * model) on the daemon. *existed (may be NULL) says whether there was one. */
+kvlane_status kvlane_drop_session(kvlane_client* c, const char* session, const char* model,
+                                  int timeout_ms, int* existed);
 uint64_t kvlane_stream_id(const kvlane_stream* s);
 /* Cancels the request if it has not ended. */
 void kvlane_stream_free(kvlane_stream* s);

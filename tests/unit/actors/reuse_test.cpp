@@ -196,3 +196,113 @@ TEST_CASE("reuse: mode off drops every retained entry and frees its slots and st
   CHECK(sut.stats().retained == 0);
   sut.check_nothing_leaked();
 }
+
+namespace {
+
+/// One slot: a request of another user forces the warm entry into the store,
+/// and whatever waits for the slot has it only once that dump has ended.
+actors::engine_config one_slot_config() {
+  auto c = reuse_config(scheduler_mode::overlap);
+  c.models[0].backend.sim.slots = 1;
+  return c;
+}
+
+actors::stream_end run_end(actors::engine& e, actors::submit_request r) {
+  auto s = e.submit(std::move(r));
+  REQUIRE(s.has_value());
+  auto c = (*s)->collect(30s);
+  REQUIRE(c.has_value());
+  REQUIRE(c->end.has_value());
+  return *c->end;
+}
+
+} // namespace
+
+TEST_CASE("reuse: a stream's end reports the prefix it reused as cached tokens, warm or loaded") {
+  engine_fixture sut{one_slot_config()};
+  const auto history = letters(60, 1);
+  auto first = request(history, false);
+  const auto out1 = run_one(*sut.engine, first);
+  // A cold prompt reuses nothing.
+  CHECK(run_end(*sut.engine, request(letters(30, 8), false, 2)).cached_tokens == 0);
+  // The other user's request needed the only slot: turn 1's KV went to the store.
+  REQUIRE(sut.stats().retained_stored == 1);
+
+  const auto turn2 = concat(concat(history, out1), letters(10, 2));
+  auto before = sut.stats();
+  const auto end2 = run_end(*sut.engine, request(turn2, false));
+  auto after = sut.stats();
+  CHECK(after.reuse_hits - after.reuse_warm_hits == before.reuse_hits - before.reuse_warm_hits + 1);
+  CHECK(end2.cached_tokens == after.reused_tokens - before.reused_tokens);
+  CHECK(end2.cached_tokens == 60 + out1.size() - 1); // turn 1's KV: all but its last token
+  CHECK(end2.prompt_tokens == turn2.size());
+
+  // The same prompt again while turn 2's KV sits warm: every token but the
+  // last (whose logits give the next token) comes from the slot.
+  before = after;
+  const auto end3 = run_end(*sut.engine, request(turn2, false));
+  after = sut.stats();
+  CHECK(after.reuse_warm_hits == before.reuse_warm_hits + 1);
+  CHECK(end3.cached_tokens == turn2.size() - 1);
+  CHECK(end3.cached_tokens == after.reused_tokens - before.reused_tokens);
+}
+
+TEST_CASE("reuse: the admin lists retained entries and a drop frees their slots and store bytes") {
+  engine_fixture sut{one_slot_config()};
+  run_one(*sut.engine, request(letters(40, 1), false, 1000));
+  auto ls = sut.engine->list_retained();
+  REQUIRE(ls.has_value());
+  REQUIRE(ls->size() == 1);
+  const auto warm = ls->front();
+  CHECK(warm.model == "tiny");
+  CHECK(warm.owner == 1000);
+  CHECK(warm.tokens == 40 + 20 - 1);
+  CHECK(warm.slot == 0);
+  CHECK_FALSE(warm.stored);
+  CHECK(warm.hits == 0);
+  CHECK(warm.bytes > 0);
+
+  // Another user's request takes the slot: the entry moves to the store.
+  run_one(*sut.engine, request(letters(40, 2), false, 1001));
+  ls = sut.engine->list_retained("tiny");
+  REQUIRE(ls.has_value());
+  REQUIRE(ls->size() == 2);
+  const auto stored = ls->front();
+  CHECK(stored.id == warm.id);
+  CHECK(stored.stored);
+  CHECK(stored.slot == -1);
+  CHECK(ls->back().owner == 1001);
+  CHECK(ls->back().slot == 0);
+  auto st = sut.stats();
+  CHECK(st.retained == 2);
+  CHECK(st.retained_stored == 1);
+  CHECK(st.retained_store_bytes == stored.bytes);
+  CHECK(st.retained_warm_bytes == ls->back().bytes);
+  CHECK(sut.engine->store_stats().retained_bytes == stored.bytes);
+
+  auto by_id = sut.engine->drop_retained("tiny", {.id = stored.id});
+  REQUIRE(by_id.has_value());
+  CHECK(by_id->entries == 1);
+  CHECK(by_id->snapshots == 1);
+  CHECK(by_id->slots == 0);
+  CHECK(by_id->tokens == stored.tokens);
+  CHECK(by_id->store_bytes == stored.bytes);
+  CHECK(sut.engine->store_stats().retained_bytes == 0);
+  CHECK(sut.engine->drop_retained("tiny", {.id = stored.id})->entries == 0);
+
+  auto all = sut.engine->drop_retained("tiny", {});
+  REQUIRE(all.has_value());
+  CHECK(all->entries == 1);
+  CHECK(all->slots == 1);
+  CHECK(all->snapshots == 0);
+  st = sut.stats();
+  CHECK(st.retained == 0);
+  CHECK(st.retained_admin_dropped == 2);
+  CHECK(sut.engine->list_retained()->empty());
+  sut.check_nothing_leaked();
+
+  // The freed slot serves the next request.
+  run_one(*sut.engine, request(letters(40, 3), false, 1000));
+  CHECK_FALSE(sut.engine->list_retained("nope").has_value());
+  CHECK_FALSE(sut.engine->drop_retained("nope", {}).has_value());
+}

@@ -280,23 +280,6 @@ TEST_CASE("scheduler: failed dumps, loads and steps recompute or retry, streams 
   sut.check_nothing_leaked();
 }
 
-TEST_CASE("scheduler: a persistently failing NPU ends the affected streams with an error, "
-          "and serving resumes when it recovers") {
-  auto reqs = workload(2);
-  auto solo = solo_results(reqs);
-  engine_fixture sut{test::small_config(scheduler_mode::overlap)};
-  sut.sim().inject(backends::sim_op::step, {.fail_rate = 1.0});
-  auto failed = run_all(*sut.engine, reqs);
-  for (auto& r : failed) {
-    CHECK(r.end.reason == end_reason::error);
-    CHECK(r.end.message.find("failed") != std::string::npos);
-  }
-  sut.sim().inject(backends::sim_op::step, {});
-  check_same_streams(run_all(*sut.engine, reqs), solo);
-  CHECK(sut.stats().failed == 2);
-  sut.check_nothing_leaked();
-}
-
 TEST_CASE("scheduler: bad requests get a precise error at submit and disturb nothing") {
   auto reqs = workload(1);
   auto solo = solo_results(reqs);

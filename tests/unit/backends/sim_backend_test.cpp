@@ -119,6 +119,9 @@ TEST_CASE("sim_backend: create rejects nonsense options with invalid_argument") 
   o = small_options();
   o.load_faults.fail_rate = 2;
   expect_invalid(o, "faults.load.fail_rate");
+  o = small_options();
+  o.dump_faults.fail_token = 'a';
+  expect_invalid(o, "faults.dump.fail_token applies to steps only");
 }
 
 TEST_CASE("sim_backend: info describes the configured geometry and capabilities") {
@@ -488,6 +491,34 @@ TEST_CASE("sim_backend: fail_nth fails exactly that call and changes nothing") {
   CHECK(c.injected_faults == 3);
   CHECK(c.dumps == 2);
   CHECK(c.loads == 0);
+}
+
+TEST_CASE("sim_backend: fail_token fails every step with a row that carries it, wherever it "
+          "runs, and changes nothing") {
+  auto sut = make();
+  auto reference = make();
+  std::uint32_t len = 0;
+  std::uint32_t ref_len = 0;
+  const auto p = prompt(*sut, "clean");
+  const token_id next = feed(*sut, 0, len, p);
+  feed(*reference, 0, ref_len, p);
+
+  sut->inject(sim_op::step, {.code = backend_errc::device_failure, .fail_token = '#'});
+  const token_id poisoned[] = {'x', '#'};
+  const token_id junk[] = {'Z'};
+  step_output out;
+  for (slot_id slot : {1u, 2u}) {
+    // Alone, or beside a row that would overwrite slot 0's last prompt token.
+    const step_row rows[] = {{slot, 0, poisoned}, {0, len - 1, junk}};
+    auto failed = sut->step({rows, slot == 1 ? 1u : 2u}, out);
+    REQUIRE_FALSE(failed.has_value());
+    CHECK(failed.error().code == backend_errc::device_failure);
+    CHECK(failed.error().message.find("carrying token 35") != std::string::npos);
+  }
+  const step_row clean{3, 0, junk};
+  CHECK(sut->step({&clean, 1}, out).has_value());
+  CHECK(generate(*sut, 0, len, next, 20) == generate(*reference, 0, ref_len, next, 20));
+  CHECK(sut->counters().injected_faults == 2);
 }
 
 TEST_CASE("sim_backend: fail_rate 0.5 fails about half of 200 calls and the counters agree") {

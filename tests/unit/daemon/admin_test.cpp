@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace kvlane;
@@ -25,12 +26,14 @@ using json = nlohmann::json;
 namespace {
 
 struct admin_fixture {
-  test::engine_fixture f{test::small_config(actors::scheduler_mode::overlap)};
+  test::engine_fixture f;
   daemon::metrics registry{{"tiny"}};
   daemon::admin_services services;
   std::string last_level;
 
-  admin_fixture() {
+  explicit admin_fixture(
+    const actors::engine_config& cfg = test::small_config(actors::scheduler_mode::overlap))
+    : f(cfg) {
     services.engine = f.engine.get();
     services.registry = &registry;
     services.version = "test";
@@ -94,6 +97,42 @@ TEST_CASE("admin: status, ps, cancel, drain and resume act on the engine") {
   CHECK(error_code(sut.ask(fmt::format(R"({{"cmd":"cancel","id":{}}})", s->id()))) == "not_found");
 }
 
+TEST_CASE("admin: status and metrics show a failing device, and healthy once it recovers") {
+  admin_fixture sut;
+  auto device = [&] { return sut.ask(R"({"cmd":"status"})")["models"][0]["device"]; };
+  CHECK(device()["state"] == "healthy");
+  CHECK(device()["step_failures"] == 0);
+
+  sut.f.sim().inject(backends::sim_op::step, {.fail_rate = 1.0});
+  actors::submit_request r;
+  r.model = "tiny";
+  r.client = "alice";
+  r.prompt_tokens = {97, 98, 99};
+  r.sampling.max_tokens = 8;
+  auto s = *sut.f.engine->submit(r);
+  // Its step fails, and its retry: one row alone, so the device is failing.
+  // The scheduler has no event for this; ask again until it says so.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (device()["state"] != "failing" && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  const auto d = device();
+  REQUIRE(d["state"] == "failing");
+  CHECK(d["backoff_ms"].get<double>() > 0);
+  CHECK(d["step_failures"].get<std::uint64_t>() >= 2);
+  CHECK(d["step_retries"] == 1);
+  CHECK(d["backoffs"].get<std::uint64_t>() >= 1);
+  const auto text = sut.ask(R"({"cmd":"metrics"})")["text"].get<std::string>();
+  CHECK(text.find("kvlane_device_state{model=\"tiny\"} 2\n") != std::string::npos);
+
+  sut.f.sim().inject(backends::sim_op::step, {});
+  auto c = s->collect(30s);
+  REQUIRE(c.has_value());
+  CHECK(c->end->reason == actors::end_reason::length);
+  CHECK(c->tokens.size() == 8);
+  CHECK(device()["state"] == "healthy");
+  CHECK(device()["backoff_ms"] == 0);
+}
+
 TEST_CASE("admin: malformed requests get precise error codes") {
   admin_fixture sut;
   CHECK(error_code(sut.ask("{not json")) == "bad_json");
@@ -121,6 +160,91 @@ TEST_CASE("admin: log-level and metrics") {
   auto text = m["text"].get<std::string>();
   CHECK(text.find("# TYPE kvlane_requests_total counter") != std::string::npos);
   CHECK(text.find("kvlane_slots{model=\"tiny\"} 4") != std::string::npos);
+}
+
+namespace {
+
+actors::engine_config reuse_config() {
+  auto c = test::small_config(actors::scheduler_mode::overlap);
+  c.reuse.mode = actors::reuse_mode::store;
+  c.reuse.min_prefix_tokens = 16;
+  return c;
+}
+
+void run_prompt(actors::engine& e, std::vector<backends::token_id> prompt) {
+  actors::submit_request r;
+  r.model = "tiny";
+  r.owner = 1000;
+  r.prompt_tokens = std::move(prompt);
+  r.sampling.max_tokens = 10;
+  auto s = e.submit(r);
+  REQUIRE(s.has_value());
+  REQUIRE((*s)->collect(10s).has_value());
+}
+
+} // namespace
+
+TEST_CASE("admin: cache-ls lists retained KV, metrics count its reuse, cache-drop frees it") {
+  admin_fixture sut{reuse_config()};
+  const std::vector<backends::token_id> prompt(40, 97);
+  run_prompt(*sut.f.engine, prompt);
+  run_prompt(*sut.f.engine, prompt); // reuses the first one's warm slot
+
+  auto ls = sut.ask(R"({"cmd":"cache-ls"})");
+  REQUIRE(ls["entries"].size() == 1);
+  const auto e = ls["entries"][0];
+  CHECK(e["model"] == "tiny");
+  CHECK(e["owner"] == 1000);
+  CHECK(e["tokens"] == 40 + 10 - 1);
+  CHECK(e["where"] == "slot");
+  CHECK(e["slot"].get<int>() >= 0);
+  CHECK(e["hits"] == 0); // the entry the second request left, not the one it used
+  CHECK(sut.ask(R"({"cmd":"cache-ls","model":"tiny"})")["entries"].size() == 1);
+
+  const auto reuse = sut.ask(R"({"cmd":"status"})")["models"][0]["reuse"];
+  CHECK(reuse["entries"] == 1);
+  CHECK(reuse["warm"] == 1);
+  CHECK(reuse["hits_warm"] == 1);
+  CHECK(reuse["reused_tokens"] == 39);
+  CHECK(reuse["evictions"]["superseded"] == 0);
+  const auto ps = sut.ask(R"({"cmd":"ps"})");
+  REQUIRE(ps["retained"].size() == 1);
+  CHECK(ps["retained"][0]["model"] == "tiny");
+  CHECK(ps["retained"][0]["entries"] == 1);
+  CHECK(ps["retained"][0]["warm"] == 1);
+  CHECK(ps["retained"][0]["warm_bytes"] == e["bytes"]);
+
+  const auto text = sut.ask(R"({"cmd":"metrics"})")["text"].get<std::string>();
+  CHECK(text.find("# HELP kvlane_reuse_total ") != std::string::npos);
+  CHECK(text.find("kvlane_reuse_total{model=\"tiny\",outcome=\"warm\"} 1\n") != std::string::npos);
+  CHECK(text.find("kvlane_reuse_total{model=\"tiny\",outcome=\"load\"} 0\n") != std::string::npos);
+  CHECK(text.find("kvlane_reused_tokens_total{model=\"tiny\"} 39\n") != std::string::npos);
+  CHECK(text.find("kvlane_retained_entries{model=\"tiny\",where=\"slot\"} 1\n") != std::string::npos);
+  CHECK(text.find("kvlane_retained_entries{model=\"tiny\",where=\"store\"} 0\n") != std::string::npos);
+
+  auto dropped = sut.ask(fmt::format(R"({{"cmd":"cache-drop","id":{}}})", e["id"].get<std::uint64_t>()));
+  CHECK(error_code(dropped).empty());
+  CHECK(dropped["entries"] == 1);
+  CHECK(dropped["slots"] == 1);
+  CHECK(dropped["tokens"] == 49);
+  CHECK(dropped["dropped"][0]["model"] == "tiny");
+  CHECK(sut.ask(R"({"cmd":"cache-ls"})")["entries"].empty());
+  CHECK(sut.ask(R"({"cmd":"cache-drop","all":true})")["entries"] == 0);
+  const auto after = sut.ask(R"({"cmd":"metrics"})")["text"].get<std::string>();
+  CHECK(after.find("kvlane_retained_evictions_total{model=\"tiny\",reason=\"admin\"} 1\n")
+        != std::string::npos);
+}
+
+TEST_CASE("admin: cache-drop needs exactly one valid selector") {
+  admin_fixture sut{reuse_config()};
+  CHECK(error_code(sut.ask(R"({"cmd":"cache-drop"})")) == "bad_request");
+  CHECK(error_code(sut.ask(R"({"cmd":"cache-drop","all":true,"id":1})")) == "bad_request");
+  CHECK(error_code(sut.ask(R"({"cmd":"cache-drop","all":false})")) == "bad_field");
+  CHECK(error_code(sut.ask(R"({"cmd":"cache-drop","id":"1"})")) == "bad_field");
+  CHECK(error_code(sut.ask(R"({"cmd":"cache-drop","id":99})")) == "not_found");
+  CHECK(error_code(sut.ask(R"({"cmd":"cache-drop","all":true,"model":"nope"})")) == "not_found");
+  CHECK(error_code(sut.ask(R"({"cmd":"cache-drop","all":true,"model":7})")) == "bad_field");
+  CHECK(error_code(sut.ask(R"({"cmd":"cache-ls","model":"nope"})")) == "not_found");
 }
 
 namespace {

@@ -54,6 +54,7 @@ void check_same_faults(const kvlane::backends::fault_spec& a, const kvlane::back
   CHECK(a.fail_nth == b.fail_nth);
   CHECK(a.fail_rate == b.fail_rate);
   CHECK(a.code == b.code);
+  CHECK(a.fail_token == b.fail_token);
 }
 
 void check_same(const config& a, const config& b) {
@@ -104,6 +105,7 @@ void check_same(const config& a, const config& b) {
   CHECK(a.scheduler.max_step_tokens == b.scheduler.max_step_tokens);
   CHECK(a.scheduler.aging_steps == b.scheduler.aging_steps);
   CHECK(a.scheduler.ewma_alpha == b.scheduler.ewma_alpha);
+  CHECK(a.scheduler.faults == b.scheduler.faults);
   CHECK(a.reuse == b.reuse);
   CHECK(a.store.max_bytes == b.store.max_bytes);
   CHECK(a.clients.socket_mode == b.clients.socket_mode);
@@ -122,6 +124,7 @@ void check_same(const config& a, const config& b) {
   CHECK(a.clients.max_requests_per_user == b.clients.max_requests_per_user);
   CHECK(a.clients.max_live_sequences == b.clients.max_live_sequences);
   CHECK(a.clients.busy_retry == b.clients.busy_retry);
+  CHECK(a.sessions == b.sessions);
 }
 
 std::string temp_path(std::string_view name) {
@@ -182,6 +185,11 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.scheduler.max_step_tokens == 512);
   CHECK(sut.scheduler.aging_steps == 2048);
   CHECK(sut.scheduler.ewma_alpha == 0.2);
+  CHECK(sut.scheduler.faults.step_retries == 1);
+  CHECK(sut.scheduler.faults.row_recomputes == 1);
+  CHECK(sut.scheduler.faults.backoff_initial_ms == 50);
+  CHECK(sut.scheduler.faults.backoff_max_ms == 5000);
+  CHECK(sut.scheduler.faults.give_up_steps == 12);
   CHECK(sut.reuse.mode == kvlane::actors::reuse_mode::store);
   CHECK(sut.reuse.scope == kvlane::actors::reuse_scope::user);
   CHECK(sut.reuse.store_share == 0.5);
@@ -216,6 +224,8 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.clients.max_requests_per_user == 1024);
   CHECK(sut.clients.max_live_sequences == 4096);
   CHECK(sut.clients.busy_retry == std::chrono::milliseconds(200));
+  CHECK(sut.sessions.max_per_user == 16);
+  CHECK(sut.sessions.max_sessions == 256);
 }
 
 TEST_CASE("config: the shipped etc/kvlane.toml parses to exactly the defaults") {
@@ -308,6 +318,12 @@ spare_slots = 0
 max_step_tokens = 0
 aging_steps = 100
 ewma_alpha = 1
+[scheduler.faults]
+step_retries = 2
+row_recomputes = 0
+backoff_initial_ms = 10
+backoff_max_ms = 100
+give_up_steps = 0
 [store]
 max_bytes = 4294967296
 warm_pool_bytes = "1GiB"
@@ -378,6 +394,11 @@ listen = "[::1]:9464"
   CHECK(sut.scheduler.max_step_tokens == 0);
   CHECK(sut.scheduler.aging_steps == 100);
   CHECK(sut.scheduler.ewma_alpha == 1.0);
+  CHECK(sut.scheduler.faults.step_retries == 2);
+  CHECK(sut.scheduler.faults.row_recomputes == 0);
+  CHECK(sut.scheduler.faults.backoff_initial_ms == 10);
+  CHECK(sut.scheduler.faults.backoff_max_ms == 100);
+  CHECK(sut.scheduler.faults.give_up_steps == 0);
   CHECK(sut.store.max_bytes == 4ull << 30);
   CHECK(sut.store.warm_pool_bytes == 1ull << 30);
   CHECK(sut.clients.socket_mode == 0660);
@@ -549,6 +570,14 @@ TEST_CASE("config: out-of-range values are errors naming key, line and the allow
     {"[scheduler]\nmax_step_tokens = 1048577\n", "scheduler.max_step_tokens", "between 0 and 1048576"},
     {"[scheduler]\naging_steps = -1\n", "scheduler.aging_steps", "between 0 and 1000000000"},
     {"[scheduler]\newma_alpha = 0\n", "scheduler.ewma_alpha", "> 0 and <= 1"},
+    {"[scheduler.faults]\nstep_retries = 17\n", "scheduler.faults.step_retries", "between 0 and 16"},
+    {"[scheduler.faults]\nbackoff_initial_ms = 0\n", "scheduler.faults.backoff_initial_ms",
+     "between 1 and 60000"},
+    {"[scheduler.faults]\nbackoff_max_ms = 50\nbackoff_initial_ms = 100\n",
+     "scheduler.faults.backoff_max_ms", "must be >= backoff_initial_ms (100) (got 50)"},
+    {"[scheduler.faults]\nretries = 1\n", "scheduler.faults.retries", "unknown"},
+    {"[model.sim.faults.step]\nfail_token = -2\n", "model[0].sim.faults.step.fail_token",
+     "between -1 and 4294967295"},
     {"[store]\nmax_bytes = \"1023KiB\"\n", "store.max_bytes", "between 1MiB and 16TiB (got 1023KiB)"},
     {"[store]\nmax_bytes = \"17TiB\"\n", "store.max_bytes", "between 1MiB and 16TiB"},
     {"[store]\nwarm_pool_bytes = \"2GiB\"\nmax_bytes = \"1GiB\"\n", "store.warm_pool_bytes",
@@ -861,4 +890,14 @@ TEST_CASE("config: parse_http_listen tells loopback from other addresses") {
   CHECK_FALSE(parse_http_listen("host:80").has_value());
   CHECK_FALSE(parse_http_listen("127.0.0.1:65536").has_value());
   CHECK(parse_http_listen("127.0.0.1:0")->port == 0); // any free port
+}
+
+TEST_CASE("config: [sessions] reads its caps and names a bad value") {
+  const auto sut = parse_ok(std::string(minimal) + "[sessions]\nmax_per_user = 0\nmax_sessions = 9\n");
+  CHECK(sut.sessions.max_per_user == 0);
+  CHECK(sut.sessions.max_sessions == 9);
+  const auto bad = parse_error(std::string(minimal) + "[sessions]\nmax_sessions = -1\n");
+  CHECK(bad.message.find("sessions.max_sessions") != std::string::npos);
+  const auto unknown = parse_error(std::string(minimal) + "[sessions]\nttl = 3\n");
+  CHECK(unknown.message.find("ttl") != std::string::npos);
 }

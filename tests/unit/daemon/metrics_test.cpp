@@ -94,6 +94,12 @@ TEST_CASE("metrics: the exposition parses line by line and carries every require
   s1.transfer_ms = 600;
   s1.transfer_hidden_ms = 540;
   s1.tokens_generated = 60;
+  s1.device = actors::device_health::failing;
+  s1.device_backoff_ms = 400;
+  s1.faults.step_retries = 5;
+  s1.faults.isolated_rows = 8;
+  s1.faults.row_faults = 1;
+  s1.faults.backoffs = 2;
   actors::scheduler_stats s2;
   s2.model = "m2";
   ipc::store_stats store;
@@ -109,7 +115,9 @@ TEST_CASE("metrics: the exposition parses line by line and carries every require
                       "kvlane_sequences_without_slot", "kvlane_preemptions_total",
                       "kvlane_transfers_total", "kvlane_transfer_seconds_total", "kvlane_transfer_overlap_seconds_total",
                       "kvlane_store_bytes", "kvlane_store_limit_bytes",
-                      "kvlane_store_evictions_total", "kvlane_clients_connected"})
+                      "kvlane_store_evictions_total", "kvlane_clients_connected",
+                      "kvlane_device_state", "kvlane_device_backoff_seconds",
+                      "kvlane_step_fault_events_total"})
     CHECK_MESSAGE(p.types.count(family) == 1, family);
 
   CHECK(p.samples["kvlane_requests_total{model=\"m1\",outcome=\"length\"}"] == 2);
@@ -129,6 +137,13 @@ TEST_CASE("metrics: the exposition parses line by line and carries every require
   CHECK(p.samples["kvlane_store_bytes{state=\"committed\"}"] == double(60 << 20));
   CHECK(p.samples["kvlane_store_bytes{state=\"warm_pool\"}"] == double(20 << 20));
   CHECK(p.samples["kvlane_clients_connected"] == 3);
+  CHECK(p.samples["kvlane_device_state{model=\"m1\"}"] == 2);
+  CHECK(p.samples["kvlane_device_state{model=\"m2\"}"] == 0);
+  CHECK(p.samples["kvlane_device_backoff_seconds{model=\"m1\"}"] == doctest::Approx(0.4));
+  CHECK(p.samples["kvlane_step_fault_events_total{model=\"m1\",kind=\"retry\"}"] == 5);
+  CHECK(p.samples["kvlane_step_fault_events_total{model=\"m1\",kind=\"isolated_row\"}"] == 8);
+  CHECK(p.samples["kvlane_step_fault_events_total{model=\"m1\",kind=\"row_fault\"}"] == 1);
+  CHECK(p.samples["kvlane_step_fault_events_total{model=\"m1\",kind=\"backoff\"}"] == 2);
 
   // Histogram buckets are cumulative and end at the count.
   double last = 0;

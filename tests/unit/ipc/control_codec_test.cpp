@@ -48,3 +48,33 @@ TEST_CASE("control_codec: control messages round-trip and bad ones are named") {
   auto bad_name = encode(hello_msg{"a\nb"});
   CHECK(decode_control(bad_name).error().message.find("printable") != std::string::npos);
 }
+
+TEST_CASE("control_codec: session_drop and session_dropped round-trip and bad names are named") {
+  auto d = decode_control(encode(session_drop_msg{"tiny", "chat-1"}));
+  REQUIRE(d);
+  CHECK(std::get<session_drop_msg>(*d).model == "tiny");
+  CHECK(std::get<session_drop_msg>(*d).session == "chat-1");
+  auto default_model = decode_control(encode(session_drop_msg{"", "chat-1"}));
+  REQUIRE(default_model);
+  CHECK(std::get<session_drop_msg>(*default_model).model.empty());
+
+  for (bool existed : {true, false}) {
+    auto r = decode_control(encode(session_dropped_msg{existed}));
+    REQUIRE(r);
+    CHECK(std::get<session_dropped_msg>(*r).existed == existed);
+  }
+
+  auto empty_name = decode_control(encode(session_drop_msg{"tiny", ""}));
+  REQUIRE_FALSE(empty_name);
+  CHECK(empty_name.error().message.find("session name is not 1..64") != std::string::npos);
+  auto bad_name = decode_control(encode(session_drop_msg{"tiny", "a b"}));
+  REQUIRE_FALSE(bad_name);
+  CHECK(bad_name.error().message.find("session name is not 1..64") != std::string::npos);
+  auto bytes = encode(session_drop_msg{"tiny", "chat"});
+  bytes[13] = std::byte{5}; // session name length 5, but 4 bytes follow the model name
+  CHECK(decode_control(bytes).error().message.find("name lengths 4 + 5 do not match the body") !=
+        std::string::npos);
+  auto flag = encode(session_dropped_msg{true});
+  flag[12] = std::byte{2};
+  CHECK(decode_control(flag).error().message.find("neither 0 nor 1") != std::string::npos);
+}

@@ -54,7 +54,7 @@ TEST_CASE("record_codec: fields are little-endian at their documented offsets") 
   record_bytes b;
   encode(sample_submit(), b);
   CHECK(std::to_integer<int>(b[0]) == 1);  // type submit
-  CHECK(std::to_integer<int>(b[1]) == 2);  // version
+  CHECK(std::to_integer<int>(b[1]) == 3);  // version
   CHECK(std::to_integer<int>(b[2]) == 240); // body_len low byte
   CHECK(std::to_integer<int>(b[8]) == 42); // request id, LSB first
   CHECK(std::to_integer<int>(b[36]) == 100); // max_tokens
@@ -195,4 +195,68 @@ TEST_CASE("record_codec: token events split into records and keep text at UTF-8 
   }
   CHECK(all == tokens);
   CHECK(all_text == text);
+}
+
+TEST_CASE("record_codec: a submit's session name travels at the head of the inline area") {
+  auto s = sample_submit();
+  s.session = "chat.2026_a-1";
+  record_bytes b;
+  encode(s, b);
+  CHECK(std::to_integer<int>(b[21]) == 13); // session name length
+  CHECK(std::memcmp(b.data() + 184, "chat.2026_a-1", 13) == 0);
+  CHECK(std::memcmp(b.data() + 184 + 13, "hello", 5) == 0);
+  const auto sut = decode_as<submit_rec>(b);
+  CHECK(sut.session == "chat.2026_a-1");
+  CHECK(sut.inline_data == "hello");
+  CHECK(sut.model == "llama-3.2-1b");
+
+  s.session.clear();
+  encode(s, b);
+  CHECK(decode_as<submit_rec>(b).session.empty()); // stateless, as before
+}
+
+TEST_CASE("record_codec: a session name leaves less inline room and pack_submit fills it") {
+  submit_rec head = sample_submit();
+  head.session = std::string(64, 's');
+  const std::string prompt(100, 'p');
+  std::vector<record_bytes> out;
+  pack_submit(head, prompt, out);
+  REQUIRE(out.size() == 2); // 8 bytes inline (72 - 64), 92 in one chunk
+  const auto first = decode_as<submit_rec>(out[0]);
+  CHECK(first.session == head.session);
+  CHECK(first.inline_data == std::string(submit_inline_room(64), 'p'));
+  const auto chunk = decode_as<chunk_rec>(out[1]);
+  CHECK(chunk.offset == 8);
+  CHECK(chunk.data.size() == 92);
+}
+
+TEST_CASE("record_codec: bad session names and lengths are rejected with a precise message") {
+  auto s = sample_submit();
+  s.session = "ok";
+  record_bytes good;
+  encode(s, good);
+
+  SUBCASE("a character outside [A-Za-z0-9._-]") {
+    auto b = good;
+    b[184] = std::byte{'/'};
+    CHECK(decode_fails(b).message.find("session name is not 1..64 characters") !=
+          std::string::npos);
+  }
+  SUBCASE("a length over 64") {
+    auto b = good;
+    poke<std::uint8_t>(b, 21, 65);
+    CHECK(decode_fails(b).message.find("session name length 65 exceeds 64") != std::string::npos);
+  }
+  SUBCASE("the inline prompt overflows the room the session leaves") {
+    auto b = good;
+    poke<std::uint32_t>(b, 52, 71); // 72 - 2 = 70 bytes of room
+    poke<std::uint32_t>(b, 48, 100);
+    CHECK(decode_fails(b).message.find("inline length 71 exceeds 70 bytes") != std::string::npos);
+  }
+  SUBCASE("bytes after the inline prompt") {
+    auto b = good;
+    b[255] = std::byte{1};
+    CHECK(decode_fails(b).message.find("after the inline prompt are not zero") !=
+          std::string::npos);
+  }
 }

@@ -54,12 +54,51 @@ TEST_CASE("request_decoder: chat defaults leave max_tokens to the context") {
   CHECK(sut->priority == priority_class::interactive);
 }
 
+TEST_CASE("request_decoder: chat reads logprobs and top_logprobs, completions an integer logprobs") {
+  const auto chat = decode_chat_completion(
+    R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":20})");
+  REQUIRE(chat.has_value());
+  CHECK(chat->logprobs);
+  CHECK(chat->top_logprobs == 20);
+  const auto off = decode_chat_completion(R"({"model":"m","messages":[{"role":"user","content":"x"}]})");
+  REQUIRE(off.has_value());
+  CHECK_FALSE(off->logprobs);
+  const auto text = decode_completion(R"({"model":"m","prompt":"x","logprobs":3})");
+  REQUIRE(text.has_value());
+  CHECK(text->logprobs);
+  CHECK(text->top_logprobs == 3);
+  const auto zero = decode_completion(R"({"model":"m","prompt":"x","logprobs":0})");
+  REQUIRE(zero.has_value());
+  CHECK(zero->logprobs);
+  CHECK(zero->top_logprobs == 0);
+}
+
+TEST_CASE("request_decoder: logprobs out of range or inconsistent get a 400 naming the field") {
+  for (auto [body, param] : {
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
+                   "top_logprobs"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})",
+                   "top_logprobs"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":1})",
+                   "logprobs"},
+       }) {
+    CAPTURE(body);
+    const auto e = error_of(decode_chat_completion(body));
+    CHECK(e.status == 400);
+    CHECK(e.param == param);
+    CHECK(e.message.find(param) != std::string::npos);
+  }
+  const auto e = error_of(decode_completion(R"({"model":"m","prompt":"x","logprobs":6})"));
+  CHECK(e.status == 400);
+  CHECK(e.param == "logprobs");
+  CHECK(e.message.find("logprobs") != std::string::npos);
+  CHECK(error_of(decode_ollama_chat(R"({"model":"m","messages":[],"logprobs":true})")).param == "logprobs");
+}
+
 TEST_CASE("request_decoder: unsupported fields get a 400 naming the field") {
   for (auto [body, param] : {
          std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})", "n"},
          std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]})", "tools"},
-         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true})",
-                   "logprobs"},
          std::pair{R"({"model":"m","messages":[{"role":"user","content":"x","name":"a"}]})",
                    "messages[0].name"},
          std::pair{R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
