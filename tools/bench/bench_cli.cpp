@@ -92,6 +92,7 @@ int run_bench(const bench_options& o) {
   ctx.model = model.name;
   ctx.path = std::string{path_name(o.path)};
   ctx.time_scale = setup->time_scale;
+  ctx.scheduler_mode = std::string{actors::to_string(o.modes.front())};
   ctx.slo = o.slo;
   ctx.slo_defaults = !o.slo_given;
   auto workload = prepare_workload(o, *setup, ctx);

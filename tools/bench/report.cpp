@@ -478,7 +478,7 @@ std::string format_report(const bench_report& r) {
     }
     text += fmt::format("mode {}; {} requests, {} clamped; {} of {} prompt tokens reusable by an "
                         "unlimited cache, in {} requests\n\n",
-                        r.modes.empty() ? std::string{"-"} : r.modes.front().mode, c.requests,
+                        c.scheduler_mode, c.requests,
                         c.clamped, c.achievable_reused_tokens, c.prompt_tokens_total,
                         c.reusable_requests);
     text += format_reuse(r.reuse);

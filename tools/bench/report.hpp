@@ -178,6 +178,7 @@ struct report_context {
   std::string profile_toml;     ///< the built-in profile's text (empty for a file)
   daemon::config cfg;           ///< as run (mode aside)
   std::string model;
+  std::string scheduler_mode;   ///< --reuse: the one mode every policy ran in
   double time_scale = 1.0;
   // workload
   std::string workload_source;  ///< "trace" or "synthetic"
