@@ -33,7 +33,7 @@ struct trace_request {
   /// trace without conversations).
   std::uint64_t owner = 0;
   /// Its tokens (the first prompt_tokens are sent); null: synthetic_prompt.
-  std::shared_ptr<const std::vector<backends::token_id>> prompt;
+  std::shared_ptr<const std::vector<backends::token_id>> prompt = nullptr;
   /// Prompt tokens an earlier request of the same owner sent as a prefix
   /// (what an unlimited cache could reuse; achievable_reuse).
   std::uint32_t seen_prefix_tokens = 0;
