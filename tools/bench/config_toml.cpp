@@ -131,8 +131,6 @@ public:
                             {"idle_ttl_s", cfg.reuse.idle_ttl_s},
                             {"min_prefix_tokens", cfg.reuse.min_prefix_tokens}}},
       {"store", toml::table{{"max_bytes", integer(cfg.store.max_bytes, "store.max_bytes")},
-                            {"warm_pool_bytes",
-                             integer(cfg.store.warm_pool_bytes, "store.warm_pool_bytes")},
                             {"eviction", ipc::to_string(cfg.store.eviction)}}},
       {"clients",
        toml::table{{"socket_mode", mode(c.socket_mode)},

@@ -43,7 +43,7 @@ parse_mooncake(std::string_view jsonl, std::size_t max_rows, std::string_view so
     return unexpected(trace_error{line, fmt::format("{}:{}: {}", source, line, what)});
   };
   if (block_tokens == 0)
-    return fail(0, "the block size must be at least 1 token");
+    return unexpected(trace_error{0, "the block size must be at least 1 token"});
   constexpr std::uint64_t u32_max = std::numeric_limits<std::uint32_t>::max();
   std::vector<mooncake_request> out;
   std::uint64_t first_ms = 0, prev_ms = 0;
