@@ -7,13 +7,14 @@ CMAKE_FLAGS  ?=
 BENCH_DIR    ?= bench-results
 BENCH_TRACE  ?= ../shared/traces/azure-llm-2023-conv.csv
 BENCH_FLAGS  ?=
+BENCH_CONV_TRACE ?= ../shared/traces/mooncake-conversation.jsonl
 SOAK_SECONDS ?= 600
 # The qbruntime backend: the development and test builds use the stand-in SDK so that the
 # adapter's tests run anywhere; installs and packages are built without it unless set to sdk.
 QBRUNTIME         ?= fake
 PACKAGE_QBRUNTIME ?= off
 
-.PHONY: all bootstrap build run test soak sanitize clean bench bench-load bench-sweep bench-build
+.PHONY: all bootstrap build run test soak sanitize clean bench bench-load bench-sweep bench-reuse bench-build
 
 all: build
 
@@ -67,6 +68,14 @@ bench-sweep: bench-build
 	./$(BUILD_DIR)/kvlane-bench --synthetic --requests 100 --prompt-mean 256 --output-mean 256 \
 	  --load 1.5 --interactive-share 0.2 --sweep-quantum --path inproc \
 	  --json $(BENCH_DIR)/sweep.json --plot $(BENCH_DIR)/sweep.png $(BENCH_FLAGS)
+
+# Conversation reuse on the Mooncake trace: 10% of its conversations, whole, at the trace's
+# own pace, prompts scaled 1/8 for the 4,096-token model; reuse off, slot and store, mode overlap.
+bench-reuse: bench-build
+	@mkdir -p $(BENCH_DIR)
+	./$(BUILD_DIR)/kvlane-bench --trace $(BENCH_CONV_TRACE) --requests 0 --input-scale 0.125 \
+	  --sample-conversations 0.1 --rate-scale 1 --reuse off,slot,store --path inproc \
+	  --json $(BENCH_DIR)/reuse.json $(BENCH_FLAGS)
 
 sanitize: bootstrap
 	cmake -S . -B $(SAN_DIR) -DKVLANE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \

@@ -12,6 +12,7 @@
 #include "actors/reuse_policy.hpp"
 #include "backends/backend_config.hpp"
 #include "backends/chat_format.hpp"
+#include "ipc/snapshot_store.hpp"
 
 #include <cstdint>
 #include <string>
@@ -35,6 +36,9 @@ struct store_config {
   /// Freed store bytes kept committed for the next dumps (no page faults);
   /// beyond it freed ranges are returned to the OS. At most max_bytes.
   std::uint64_t warm_pool_bytes = 256ull << 20;
+  /// How snapshots are ranked for eviction within a class (parked, retained):
+  /// cost-aware (greedy-dual, the default) or least recently used.
+  ipc::eviction_value eviction = ipc::eviction_value::cost;
 
   friend bool operator==(const store_config&, const store_config&) = default;
 };

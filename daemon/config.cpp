@@ -253,9 +253,14 @@ status parse_store(const reporter& r, const section& root, store_section& out) {
   if (*table == nullptr)
     return {};
   const section s{**table, "store"};
-  KVLANE_CONFIG_TRY(check_keys(r, s, {"max_bytes", "warm_pool_bytes"}));
+  KVLANE_CONFIG_TRY(check_keys(r, s, {"max_bytes", "warm_pool_bytes", "eviction"}));
   KVLANE_CONFIG_TRY(read_bytes(r, s, "max_bytes", out.max_bytes, mib, 1ull << 44));
   KVLANE_CONFIG_TRY(read_bytes(r, s, "warm_pool_bytes", out.warm_pool_bytes, 0, 1ull << 44));
+  std::vector<choice<ipc::eviction_value>> values;
+  for (auto v : {ipc::eviction_value::cost, ipc::eviction_value::recency})
+    values.push_back({ipc::to_string(v), v});
+  KVLANE_CONFIG_TRY(read_choice(r, s, "eviction", out.eviction,
+                                std::span<const choice<ipc::eviction_value>>(values)));
   // The default may exceed a small max_bytes (the store caps it); an explicit value may not.
   if (s.find("warm_pool_bytes") != nullptr && out.warm_pool_bytes > out.max_bytes)
     return unexpected(r.bad_value(s.key("warm_pool_bytes"), s.line("warm_pool_bytes"),

@@ -92,6 +92,7 @@ int run_bench(const bench_options& o) {
   ctx.model = model.name;
   ctx.path = std::string{path_name(o.path)};
   ctx.time_scale = setup->time_scale;
+  ctx.scheduler_mode = std::string{actors::to_string(o.modes.front())};
   ctx.slo = o.slo;
   ctx.slo_defaults = !o.slo_given;
   auto workload = prepare_workload(o, *setup, ctx);
@@ -104,6 +105,13 @@ int run_bench(const bench_options& o) {
                        o.synthetic ? ctx.synthetic_desc : o.trace_path, ctx.clamped,
                        setup->info.max_context, ctx.interactive, ctx.prompt_tokens_mean,
                        ctx.output_tokens_mean));
+  if (ctx.conversations)
+    progress(fmt::format("conversations: {} of {} kept, {}-token blocks, users: {}; an unlimited "
+                         "prefix cache would reuse {} of {} prompt tokens ({} requests)",
+                         ctx.conversations->kept_conversations, ctx.conversations->conversations,
+                         ctx.conversations->block_tokens, ctx.conversations->users,
+                         ctx.achievable_reused_tokens, ctx.prompt_tokens_total,
+                         ctx.reusable_requests));
   progress(fmt::format("model '{}' on {}: capacity {:.3f} req/s (NPU work {:.0f} s simulated); "
                        "offered load {:.3f} over {:.0f} s simulated = {:.1f} s wall at "
                        "time_scale {}",

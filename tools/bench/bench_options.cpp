@@ -22,8 +22,17 @@ the `free-transfer` mode and of `overlap` against the others. Times are simulate
 milliseconds (wall ms x time_scale). See docs/benchmarks.md.
 
 workload:
-  --trace PATH            CSV trace: TIMESTAMP,ContextTokens,GeneratedTokens
+  --trace PATH            a trace, by extension: .jsonl = the Mooncake conversation trace
+                          (timestamp, input_length, output_length, hash_ids: prompts
+                          are built from the blocks), else CSV:
+                          TIMESTAMP,ContextTokens,GeneratedTokens
   --requests N            first N rows (or N synthetic requests); 0 = all rows (default 200)
+  --input-scale F         multiply prompt lengths (and the 512-token Mooncake block) by F,
+                          e.g. 0.125 for a 4,096-token model (default 1)
+  --sample-conversations F  Mooncake: keep every request of a seeded share F of the
+                          conversations (requests sharing their first non-system block)
+  --users WHO             Mooncake: conversation (one user per conversation, default) or
+                          one (a single user sends them all); reuse is scoped per user
   --synthetic             Poisson arrivals instead of a trace
   --rate R                synthetic: requests per simulated second (default 1)
   --prompt-mean X         synthetic: mean prompt tokens (default 512)
@@ -40,6 +49,11 @@ what to run:
                           free-transfer (default all six; `ideal` is accepted for
                           free-transfer; --sweep-quantum: sync,overlap,free-transfer)
   --sweep LOADS           also run every mode at each load, e.g. 0.5,0.75,1.0,1.25
+  --reuse LIST            compare conversation reuse policies instead of the modes, in
+                          one mode (--modes, default overlap): off, slot (KV kept
+                          only in its slot), store (also in the snapshot store, cost-
+                          aware eviction) and store-recency (the store with LRU
+                          eviction); e.g. off,slot,store. In process only
   --sweep-quantum         halve scheduler.quantum_steps from its configured value until
                           a mode preempts >= 1 time per slot per simulated second
   --path inproc|ipc|both  inproc: an in-process engine (default); ipc: a kvlaned child
@@ -107,6 +121,11 @@ std::string shell_quote(std::string_view a) {
 
 } // namespace
 
+bool is_mooncake_trace(std::string_view path) noexcept {
+  constexpr std::string_view ext = ".jsonl";
+  return path.size() > ext.size() && path.substr(path.size() - ext.size()) == ext;
+}
+
 std::string_view usage() noexcept {
   return usage_text;
 }
@@ -117,6 +136,7 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
   for (auto a : args)
     o.command_line += " " + shell_quote(a);
   auto fail = [](std::string msg) { return unexpected(std::move(msg)); };
+  bool sample_given = false, users_given = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto a = args[i];
     auto value = [&]() -> std::optional<std::string_view> {
@@ -137,6 +157,30 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
       if (!v || v->empty())
         return fail("--trace needs a path");
       o.trace_path = *v;
+    } else if (a == "--input-scale") {
+      if (!positive(o.input_scale, 1000))
+        return fail("--input-scale needs a number in (0, 1000]");
+    } else if (a == "--sample-conversations") {
+      auto v = value();
+      if (!v || !parse_number(*v, o.sample_conversations) || !(o.sample_conversations > 0)
+          || o.sample_conversations > 1)
+        return fail("--sample-conversations needs a share in (0, 1]");
+      sample_given = true;
+    } else if (a == "--users") {
+      auto v = value();
+      auto u = v ? parse_trace_users(*v) : std::nullopt;
+      if (!u)
+        return fail("--users needs conversation or one");
+      o.users = *u;
+      users_given = true;
+    } else if (a == "--reuse") {
+      auto v = value();
+      if (!v)
+        return fail("--reuse needs a comma list of off,slot,store,store-recency");
+      auto list = parse_reuse_list(*v);
+      if (!list)
+        return fail("--reuse: " + list.error());
+      o.reuse = std::move(*list);
     } else if (a == "--synthetic") {
       o.synthetic = true;
     } else if (a == "--requests") {
@@ -312,6 +356,24 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
     return fail("--synthetic and --trace are exclusive");
   if (!o.synthetic && o.trace_path.empty())
     return fail("give --trace PATH or --synthetic (see --help)");
+  const bool mooncake = !o.synthetic && is_mooncake_trace(o.trace_path);
+  if ((sample_given || users_given) && !mooncake)
+    return fail("--sample-conversations and --users need a Mooncake conversation trace "
+                "(--trace FILE.jsonl)");
+  if (!o.reuse.empty()) {
+    if (o.path != bench_path::inproc)
+      return fail("--reuse runs in process only (--path inproc): through kvlaned every request "
+                  "would come from this program's user, so reuse scoping could not be honoured");
+    if (!o.sweep_loads.empty() || o.sweep_quantum || !o.devices.empty())
+      return fail("--reuse compares reuse policies in one mode: it cannot be combined with "
+                  "--sweep, --sweep-quantum or --devices");
+    if (!o.plot_out.empty())
+      return fail("--plot draws the mode comparison; --reuse prints and writes JSON only");
+    if (!o.modes_given)
+      o.modes = {actors::scheduler_mode::overlap};
+    if (o.modes.size() != 1)
+      return fail("--reuse runs every policy in one mode: give --modes with a single mode");
+  }
   if (o.synthetic && o.requests == 0)
     return fail("--requests must be at least 1 with --synthetic");
   if (o.modes.empty())

@@ -11,6 +11,8 @@
 
 #include "common/expected.hpp"
 #include "daemon/config.hpp"
+#include "tools/bench/conversation_workload.hpp"
+#include "tools/bench/reuse_variant.hpp"
 #include "tools/bench/slo.hpp"
 #include "tools/bench/workload.hpp"
 
@@ -28,6 +30,11 @@ enum class bench_path : std::uint8_t { inproc, ipc, both };
 struct bench_options {
   std::string trace_path;
   bool synthetic = false;
+  double input_scale = 1.0;           ///< multiplies prompt lengths (and a Mooncake block)
+  double sample_conversations = 1.0;  ///< Mooncake: share of conversations kept, seeded
+  trace_users users = trace_users::conversation; ///< Mooncake: who sends each conversation
+  /// --reuse: the reuse policies compared (instead of the modes), in order.
+  std::vector<reuse_variant> reuse;
   synthetic_options synth;
   std::size_t requests = 200;         ///< 0 = every row of the trace
   std::optional<double> load;         ///< offered load as a fraction of capacity
@@ -72,6 +79,10 @@ struct bench_failure {
   int exit_code = exit_code::other;
   std::string message;
 };
+
+/// True when `path` names a Mooncake conversation trace (.jsonl); any other
+/// trace is read as the Azure CSV format.
+bool is_mooncake_trace(std::string_view path) noexcept;
 
 /// Parses the arguments after the program name. Errors name the flag.
 expected<bench_options, std::string> parse_args(std::span<const std::string_view> args);

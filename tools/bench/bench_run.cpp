@@ -179,6 +179,46 @@ expected<void, std::string> compare_modes(const mode_runner& runner, const bench
   return {};
 }
 
+/// --reuse: the same requests once per reuse policy, in one mode, in process.
+expected<void, std::string> compare_reuse(const bench_options& o, const bench_setup& setup,
+                                          const bench_workload& w, const bench_run_options& run,
+                                          bench_report& report) {
+  auto progress = [&](std::string_view line) {
+    if (run.progress)
+      run.progress(line);
+  };
+  const auto mode = o.modes.front();
+  for (const auto& v : o.reuse) {
+    run_options ro;
+    ro.cfg = setup.cfg;
+    ro.cfg.reuse.mode = v.mode;
+    ro.cfg.store.eviction = v.eviction;
+    ro.model = setup.model().name;
+    ro.time_scale = setup.time_scale;
+    ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.timeout_s * 1000));
+    ro.progress = progress;
+    progress(fmt::format("reuse {} ({}): running {} requests", v.name, actors::to_string(mode),
+                         w.main.size()));
+    auto r = run_mode(ro, mode, w.main);
+    if (!r)
+      return unexpected(fmt::format("reuse {}: {}", v.name, r.error()));
+    auto s = summarize(*r, o.slo);
+    s.mode = v.name;
+    auto rs = summarize_reuse(v.name, *r, w.main);
+    progress(fmt::format("reuse {}: {}/{} completed in {:.1f} s wall; {:.1f} tokens/s, {} of {} "
+                         "achievable prompt tokens reused, TTFT p50 {:.0f} ms (reusable {:.0f} "
+                         "ms){}",
+                         v.name, rs.completed, s.requests, r->wall_ms / 1000.0,
+                         rs.throughput_tok_s, rs.reused_tokens, rs.achievable_reused_tokens,
+                         rs.ttft_p50_ms, rs.ttft_p50_reusable_ms,
+                         r->timed_out ? " (TIMED OUT)" : ""));
+    report.modes.push_back(std::move(s));
+    report.reuse.push_back(std::move(rs));
+  }
+  report.targets = reuse_targets(report.reuse);
+  return {};
+}
+
 } // namespace
 
 expected<bench_report, std::string> run_benchmark(const bench_options& o, const bench_setup& setup,
@@ -186,8 +226,9 @@ expected<bench_report, std::string> run_benchmark(const bench_options& o, const 
                                                   const bench_run_options& run) {
   const mode_runner runner{o, setup, run};
   bench_report report;
-  auto ok = o.sweep_quantum ? sweep_quantum(runner, o, setup, w, report)
-                            : compare_modes(runner, o, setup, w, report);
+  auto ok = !o.reuse.empty() ? compare_reuse(o, setup, w, run, report)
+             : o.sweep_quantum ? sweep_quantum(runner, o, setup, w, report)
+                               : compare_modes(runner, o, setup, w, report);
   if (!ok)
     return unexpected(ok.error());
   report.include_timeline = o.timeline;

@@ -80,6 +80,13 @@ std::vector<backends::token_id> synthetic_prompt(std::uint32_t index, std::uint3
   return out;
 }
 
+std::vector<backends::token_id> prompt_of(const trace_request& r, std::uint32_t index) {
+  if (!r.prompt)
+    return synthetic_prompt(index, r.prompt_tokens);
+  const auto n = std::min<std::size_t>(r.prompt_tokens, r.prompt->size());
+  return {r.prompt->begin(), r.prompt->begin() + static_cast<std::ptrdiff_t>(n)};
+}
+
 expected<run_result, std::string> run_mode(const run_options& opts, actors::scheduler_mode mode,
                                            std::span<const trace_request> requests) {
   auto cfg = opts.cfg;
@@ -154,9 +161,10 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
     actors::submit_request req;
     req.model = model;
     req.client = "bench";
+    req.owner = r.owner;
     req.priority = r.interactive ? actors::priority_class::interactive
                                  : actors::priority_class::batch;
-    req.prompt_tokens = synthetic_prompt(static_cast<std::uint32_t>(i), r.prompt_tokens);
+    req.prompt_tokens = prompt_of(r, static_cast<std::uint32_t>(i));
     req.sampling.max_tokens = r.output_tokens;
     req.stop_at_eos = false;
     auto sink = std::make_shared<bench_sink>(col, i);
@@ -207,6 +215,7 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
     result.stats = *st;
   else if (!result.timed_out)
     return unexpected(fmt::format("scheduler statistics unavailable: {}", st.error()));
+  result.retained_evictions = engine->store_stats().retained_evictions;
   result.mean_slots_busy = gauges.mean_slots_busy();
   if (entry->info.kind == "sim") {
     // Every step pays the base cost; every token carried pays the per-token

@@ -110,6 +110,7 @@ struct run_result {
   std::uint64_t peak_store_bytes = 0;
   std::uint64_t peak_snapshots = 0;
   bool store_peaks_known = true; ///< false: the path cannot observe the store's peaks (ipc)
+  std::uint64_t retained_evictions = 0; ///< retained snapshots the store evicted (in process)
   double mean_slots_busy = 0;       ///< sampled every ~100 ms of wall time
   std::uint32_t peak_without_slot = 0; ///< sequences without a slot (queued or parked)
   double max_submit_lag_ms = 0;     ///< wall ms the driver submitted late, at worst
@@ -128,5 +129,9 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
 
 /// The synthetic prompt of request `index`: `length` letter tokens.
 std::vector<backends::token_id> synthetic_prompt(std::uint32_t index, std::uint32_t length);
+
+/// The tokens request `index` sends: the first prompt_tokens of its own
+/// prompt, or synthetic_prompt when it has none.
+std::vector<backends::token_id> prompt_of(const trace_request& r, std::uint32_t index);
 
 } // namespace kvlane::tools::bench

@@ -1,10 +1,13 @@
 #include "tools/bench/bench_workload.hpp"
 
+#include "tools/bench/conversation_workload.hpp"
+#include "tools/bench/mooncake_trace.hpp"
 #include "tools/bench/trace.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace kvlane::tools::bench {
 
@@ -35,6 +38,30 @@ expected<bench_workload, bench_failure> prepare_workload(const bench_options& o,
       "Poisson arrivals at {} req/s; {} lengths, prompt mean {}, output mean {}{}", so.rate_per_s,
       to_string(so.dist), so.prompt_mean, so.output_mean,
       so.dist == length_dist::lognormal ? fmt::format(", sigma {}", so.sigma) : std::string{});
+  } else if (is_mooncake_trace(o.trace_path)) {
+    auto t = load_mooncake(o.trace_path, o.requests);
+    if (!t)
+      return unexpected(bench_failure{t.error().line == 0 ? exit_code::no_input
+                                                          : exit_code::data_error,
+                                      t.error().message});
+    conversation_options co;
+    co.input_scale = o.input_scale;
+    co.sample = o.sample_conversations;
+    co.seed = o.seed;
+    co.users = o.users;
+    auto cw = build_conversation_workload(*t, co);
+    if (cw.requests.empty())
+      return unexpected(bench_failure{
+        exit_code::data_error,
+        fmt::format("{}: --sample-conversations {} with --seed {} kept none of its {} "
+                    "conversations",
+                    o.trace_path, o.sample_conversations, o.seed, cw.conversations)});
+    w.base = std::move(cw.requests);
+    ctx.workload_source = "trace";
+    ctx.trace_path = o.trace_path;
+    ctx.trace_format = "mooncake";
+    ctx.conversations = conversation_context{cw.conversations, cw.kept_conversations, cw.block_tokens,
+                         std::string{to_string(o.users)}, o.sample_conversations, t->size()};
   } else {
     auto t = load_trace(o.trace_path, o.requests);
     if (!t)
@@ -42,12 +69,27 @@ expected<bench_workload, bench_failure> prepare_workload(const bench_options& o,
                                                           : exit_code::data_error,
                                       t.error().message});
     w.base = std::move(*t);
+    for (auto& r : w.base)
+      r.prompt_tokens = static_cast<std::uint32_t>(
+        std::max(1.0, std::round(static_cast<double>(r.prompt_tokens) * o.input_scale)));
     ctx.workload_source = "trace";
     ctx.trace_path = o.trace_path;
+    ctx.trace_format = "azure-csv";
   }
+  ctx.input_scale = o.input_scale;
   ctx.requests = w.base.size();
   ctx.clamped = clamp_to_context(w.base, setup.info.max_context);
   ctx.interactive = mark_interactive(w.base, o.interactive_share, o.seed);
+  {
+    // After the clamp: what is sent is what an unlimited cache could match.
+    const auto seen = achievable_reuse(w.base, setup.cfg.reuse.min_prefix_tokens);
+    for (std::size_t i = 0; i < w.base.size(); ++i) {
+      w.base[i].seen_prefix_tokens = seen[i];
+      ctx.prompt_tokens_total += w.base[i].prompt_tokens;
+      ctx.achievable_reused_tokens += seen[i];
+      ctx.reusable_requests += seen[i] > 0;
+    }
+  }
   w.wm = work_model_for(setup.cfg, setup.model());
   w.rate_scale = o.rate_scale;
   w.main_load = o.load;

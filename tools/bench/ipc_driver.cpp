@@ -307,7 +307,7 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
     client::request req;
     req.model = model;
     req.prio = r.interactive ? client::priority::interactive : client::priority::batch;
-    req.prompt_tokens = synthetic_prompt(static_cast<std::uint32_t>(i), r.prompt_tokens);
+    req.prompt_tokens = prompt_of(r, static_cast<std::uint32_t>(i));
     req.sampling.max_tokens = r.output_tokens;
     req.sampling.stop_at_eos = false;
     auto& conn = *conns[r.interactive ? 0 : 1];

@@ -203,6 +203,48 @@ std::vector<target_check> comparison_targets(const std::vector<mode_summary>& mo
   return out;
 }
 
+std::vector<target_check> reuse_targets(const std::vector<reuse_summary>& runs) {
+  auto find = [&](std::string_view name) -> const reuse_summary* {
+    for (auto& r : runs)
+      if (r.policy == name)
+        return &r;
+    return nullptr;
+  };
+  const auto* off = find("off");
+  const auto* slot = find("slot");
+  const auto* store = find("store");
+  std::vector<target_check> out;
+  double failed = 0;
+  for (auto& r : runs)
+    failed += static_cast<double>(r.failed) + (r.timed_out ? 1.0 : 0.0);
+  out.push_back(make_target("no_failed_requests",
+                            "failed or timed-out requests over all reuse policies == 0", failed, 0,
+                            false, !runs.empty()));
+  auto tokens = [](std::uint64_t x) { return static_cast<double>(x); };
+  out.push_back(make_target(
+    "store_reused_vs_achievable", "store reuses >= 0.8 x the tokens an unlimited cache would",
+    store ? div_or_nan(tokens(store->reused_tokens), tokens(store->achievable_reused_tokens)) : nan,
+    0.8, true, store != nullptr));
+  out.push_back(make_target(
+    "store_reused_vs_slot", "store reuses >= 2 x the tokens slot reuses",
+    store && slot ? div_or_nan(tokens(store->reused_tokens), tokens(slot->reused_tokens)) : nan,
+    2.0, true, store && slot));
+  out.push_back(make_target(
+    "store_reusable_ttft_p50_vs_off",
+    "store TTFT p50 of requests with a reusable prefix <= 1/3 x off's",
+    store && off ? div_or_nan(store->ttft_p50_reusable_ms, off->ttft_p50_reusable_ms) : nan,
+    1.0 / 3.0, false, store && off));
+  out.push_back(make_target(
+    "store_throughput_vs_off", "store output tokens/s >= off's",
+    store && off ? div_or_nan(store->throughput_tok_s, off->throughput_tok_s) : nan, 1.0, true,
+    store && off));
+  if (failed > 0)
+    for (auto& t : out)
+      if (t.pass)
+        t.pass = false;
+  return out;
+}
+
 std::vector<target_check> sweep_targets(const std::vector<quantum_point>& points) {
   double worst = std::numeric_limits<double>::infinity();
   bool evaluated = false;
@@ -425,6 +467,24 @@ std::string format_report(const bench_report& r) {
     "\nkvlane-bench: {} requests, offered load {:.3f}, time_scale {}, sim overlap {}\n"
     "path: {}\nall times in simulated ms (wall ms x {})\n\n",
     c.requests, c.offered_load, c.time_scale, overlap, path_desc, c.time_scale);
+  if (!r.reuse.empty()) {
+    if (c.conversations) {
+      const auto& cv = *c.conversations;
+      text += fmt::format("conversations: {} of {} kept (--sample-conversations {}, seed {}), "
+                          "{}-token blocks (input scale {}), users: {}\n",
+                          cv.kept_conversations, cv.conversations, cv.sample, c.seed,
+                          cv.block_tokens, c.input_scale,
+                          cv.users == "one" ? "one for all requests" : "one per conversation");
+    }
+    text += fmt::format("mode {}; {} requests, {} clamped; {} of {} prompt tokens reusable by an "
+                        "unlimited cache, in {} requests\n\n",
+                        c.scheduler_mode, c.requests,
+                        c.clamped, c.achievable_reused_tokens, c.prompt_tokens_total,
+                        c.reusable_requests);
+    text += format_reuse(r.reuse);
+    text += "\n" + format_targets(r.targets);
+    return text;
+  }
   if (!r.quantum_sweep.empty()) {
     text += "quantum sweep (scheduler.quantum_steps halved until >= 1 preemption/slot/s):\n";
     text += format_quantum_sweep(r.quantum_sweep);

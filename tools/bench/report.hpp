@@ -18,6 +18,7 @@
 // Threading: plain functions over values.
 
 #include "tools/bench/bench_runner.hpp"
+#include "tools/bench/reuse_report.hpp"
 #include "tools/bench/slo.hpp"
 
 #include <map>
@@ -117,6 +118,13 @@ struct target_check {
 std::vector<target_check> comparison_targets(const std::vector<mode_summary>& modes,
                                              bool transfers_overlap);
 
+/// --reuse (docs/benchmarks.md, "Conversations"): no request failed or timed
+/// out; `store` reuses >= 0.8 x the achievable tokens and >= 2 x what `slot`
+/// reuses; its reusable TTFT p50 <= 1/3 x `off`'s; its output tokens/s >=
+/// `off`'s. A target whose policies did not run is not evaluated; a failed
+/// request fails every target.
+std::vector<target_check> reuse_targets(const std::vector<reuse_summary>& runs);
+
 /// --path both: sets ipc_vs_inproc_throughput on every mode of `inproc` and
 /// `ipc` that ran both ways, and returns one target per such mode: the IPC
 /// path's output tokens/s within 3% of the in-process engine's.
@@ -152,6 +160,16 @@ struct device_run {
   std::vector<target_check> targets;
 };
 
+/// A conversation trace's figures (Mooncake): what was kept and how it was scaled.
+struct conversation_context {
+  std::size_t conversations = 0;      ///< in the rows read
+  std::size_t kept_conversations = 0;
+  std::uint32_t block_tokens = 0;     ///< after --input-scale
+  std::string users;                  ///< conversation or one
+  double sample = 1.0;                ///< --sample-conversations
+  std::size_t rows = 0;               ///< lines read
+};
+
 /// Everything a report holds besides the figures: where they came from.
 struct report_context {
   std::string command_line;
@@ -160,11 +178,19 @@ struct report_context {
   std::string profile_toml;     ///< the built-in profile's text (empty for a file)
   daemon::config cfg;           ///< as run (mode aside)
   std::string model;
+  std::string scheduler_mode;   ///< --reuse: the one mode every policy ran in
   double time_scale = 1.0;
   // workload
   std::string workload_source;  ///< "trace" or "synthetic"
   std::string trace_path;
+  std::string trace_format;     ///< azure-csv or mooncake (empty when synthetic)
+  double input_scale = 1.0;
+  std::optional<conversation_context> conversations; ///< a Mooncake trace
   std::size_t requests = 0, clamped = 0, interactive = 0;
+  /// Prompt tokens sent, and of those what an unlimited prefix cache in the
+  /// same order could reuse (within each user's requests), and by how many requests.
+  std::uint64_t prompt_tokens_total = 0, achievable_reused_tokens = 0;
+  std::size_t reusable_requests = 0;
   double interactive_share = 0;
   std::uint64_t seed = 1;
   std::optional<double> load;   ///< requested load, when arrivals were scaled to one
@@ -189,6 +215,7 @@ struct bench_report {
   std::vector<device_run> devices;      ///< --devices: side by side, in the order given
   std::vector<load_point> load_sweep;
   std::vector<quantum_point> quantum_sweep;
+  std::vector<reuse_summary> reuse;     ///< --reuse: one per policy, in the order given
   bool include_timeline = false; ///< write each mode's gauge timeline into the JSON
 };
 

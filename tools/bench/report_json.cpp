@@ -150,8 +150,23 @@ json workload_json(const report_context& c) {
     j["trace"] = c.trace_path;
   if (!c.synthetic_desc.empty())
     j["synthetic"] = c.synthetic_desc;
+  if (!c.trace_format.empty())
+    j["trace_format"] = c.trace_format;
+  j["input_scale"] = json_figure(c.input_scale);
+  if (c.conversations) {
+    const auto& cv = *c.conversations;
+    j["conversations"] = json{{"rows", cv.rows},
+                              {"conversations", cv.conversations},
+                              {"kept", cv.kept_conversations},
+                              {"sample", json_figure(cv.sample)},
+                              {"block_tokens", cv.block_tokens},
+                              {"users", cv.users}};
+  }
   j["requests"] = c.requests;
   j["clamped"] = c.clamped;
+  j["prompt_tokens"] = c.prompt_tokens_total;
+  j["achievable_reused_tokens"] = c.achievable_reused_tokens;
+  j["reusable_requests"] = c.reusable_requests;
   j["interactive"] = c.interactive;
   j["interactive_share"] = json_figure(c.interactive_share);
   j["seed"] = c.seed;
@@ -203,6 +218,25 @@ json report_json(const bench_report& r) {
       points.push_back(json{{"load", json_figure(p.load)},
                             {"offered_load", json_figure(p.offered_load)},
                             {"modes", modes_json(p.modes)}});
+  }
+  if (!r.reuse.empty()) {
+    auto& reuse = j["reuse"] = json::object();
+    for (auto& s : r.reuse)
+      reuse[s.policy] = json{{"throughput_tok_s", json_figure(s.throughput_tok_s)},
+                             {"ttft_p50_ms", json_figure(s.ttft_p50_ms)},
+                             {"ttft_p99_ms", json_figure(s.ttft_p99_ms)},
+                             {"ttft_p50_reusable_ms", json_figure(s.ttft_p50_reusable_ms)},
+                             {"ttft_p99_reusable_ms", json_figure(s.ttft_p99_reusable_ms)},
+                             {"prompt_tokens", s.prompt_tokens},
+                             {"reused_tokens", s.reused_tokens},
+                             {"achievable_reused_tokens", s.achievable_reused_tokens},
+                             {"prefill_tokens", s.prefill_tokens},
+                             {"loads", s.loads},
+                             {"dumps", s.dumps},
+                             {"peak_store_bytes", s.peak_store_bytes},
+                             {"retained_evictions", s.retained_evictions},
+                             {"completed", s.completed},
+                             {"failed", s.failed}};
   }
   if (!r.quantum_sweep.empty()) {
     auto& points = j["quantum_sweep"] = json::array();

@@ -10,10 +10,12 @@
 //
 // Threading: plain functions over values.
 
+#include "backends/backend.hpp"
 #include "common/expected.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +29,14 @@ struct trace_request {
   std::uint32_t output_tokens = 1; ///< forced output length, >= 1
   bool interactive = false;
   bool clamped = false;            ///< shortened to fit the model's context
+  /// Who sends it: the scope of conversation reuse (0 for every request of a
+  /// trace without conversations).
+  std::uint64_t owner = 0;
+  /// Its tokens (the first prompt_tokens are sent); null: synthetic_prompt.
+  std::shared_ptr<const std::vector<backends::token_id>> prompt = nullptr;
+  /// Prompt tokens an earlier request of the same owner sent as a prefix
+  /// (what an unlimited cache could reuse; achievable_reuse).
+  std::uint32_t seen_prefix_tokens = 0;
 };
 
 struct trace_error {

@@ -197,6 +197,7 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.reuse.min_prefix_tokens == 64);
   CHECK(sut.store.max_bytes == 8'589'934'592);
   CHECK(sut.store.warm_pool_bytes == 268'435'456);
+  CHECK(sut.store.eviction == kvlane::ipc::eviction_value::cost);
 
   CHECK(sut.clients.socket_mode == 0666);
   CHECK(sut.clients.allow_users.empty());
@@ -327,6 +328,7 @@ give_up_steps = 0
 [store]
 max_bytes = 4294967296
 warm_pool_bytes = "1GiB"
+eviction = "recency"
 [clients]
 socket_mode = 0o660
 allow_users = ["alice", 1001]
@@ -401,6 +403,7 @@ listen = "[::1]:9464"
   CHECK(sut.scheduler.faults.give_up_steps == 0);
   CHECK(sut.store.max_bytes == 4ull << 30);
   CHECK(sut.store.warm_pool_bytes == 1ull << 30);
+  CHECK(sut.store.eviction == kvlane::ipc::eviction_value::recency);
   CHECK(sut.clients.socket_mode == 0660);
   CHECK(sut.clients.allow_users == std::vector<std::string>{"alice", "1001"});
   CHECK(sut.clients.allow_groups == std::vector<std::string>{"kvlane"});
@@ -582,6 +585,7 @@ TEST_CASE("config: out-of-range values are errors naming key, line and the allow
     {"[store]\nmax_bytes = \"17TiB\"\n", "store.max_bytes", "between 1MiB and 16TiB"},
     {"[store]\nwarm_pool_bytes = \"2GiB\"\nmax_bytes = \"1GiB\"\n", "store.warm_pool_bytes",
      "must be <= store.max_bytes (1GiB) (got 2GiB)"},
+    {"[store]\neviction = \"lru\"\n", "store.eviction", "one of \"cost\", \"recency\" (got \"lru\")"},
     {"[clients]\nsocket_mode = 0o1777\n", "clients.socket_mode", "between 0o000 and 0o777"},
     {"[clients]\nsocket_mode = 0o066\n", "clients.socket_mode", "owner read and write"},
     {"[clients]\nallow_users = [-1]\n", "clients.allow_users[0]", "numeric id between 0 and"},

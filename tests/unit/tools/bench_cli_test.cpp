@@ -109,3 +109,40 @@ TEST_CASE("bench cli: devices side by side and per-class SLOs") {
   CHECK(parse({"--synthetic", "--devices", "none", "--sweep-quantum"}).error().find("exclusive")
         != std::string::npos);
 }
+
+TEST_CASE("bench cli: conversation trace flags and the reuse comparison") {
+  auto sut = parse({"--trace", "m.jsonl", "--input-scale", "0.125", "--sample-conversations",
+                    "0.1", "--users", "one", "--reuse", "off,slot,store"});
+  REQUIRE(sut.has_value());
+  CHECK(is_mooncake_trace(sut->trace_path));
+  CHECK_FALSE(is_mooncake_trace("t.csv"));
+  CHECK(sut->input_scale == 0.125);
+  CHECK(sut->sample_conversations == 0.1);
+  CHECK(sut->users == trace_users::one);
+  REQUIRE(sut->reuse.size() == 3);
+  CHECK(sut->reuse[2].name == "store");
+  // --reuse runs in one mode: overlap unless --modes names another.
+  CHECK(sut->modes == std::vector<actors::scheduler_mode>{actors::scheduler_mode::overlap});
+  auto sync = parse({"--trace", "m.jsonl", "--reuse", "store", "--modes", "sync"});
+  REQUIRE(sync.has_value());
+  CHECK(sync->modes == std::vector<actors::scheduler_mode>{actors::scheduler_mode::sync});
+
+  CHECK(parse({"--trace", "t.csv", "--sample-conversations", "0.1"}).error().find(".jsonl")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--sample-conversations", "0"}).error().find("(0, 1]")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--input-scale", "-1"}).error().find("--input-scale")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--users", "many"}).error().find("--users")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--reuse", "off,all"}).error().find("'all'")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--reuse", "store", "--path", "ipc"}).error().find("in process")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--reuse", "store", "--modes", "sync,overlap"})
+          .error()
+          .find("single mode")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--reuse", "store", "--sweep", "1,2"}).error().find("--sweep")
+        != std::string::npos);
+}

@@ -25,6 +25,7 @@ TEST_CASE("bench config_toml: the written kvlane.toml parses back to the same co
   m.backend.sim.load_faults.code = backends::backend_errc::device_timeout;
   cfg->scheduler.mode = actors::scheduler_mode::sync;
   cfg->scheduler.ewma_alpha = 0.3;
+  cfg->store.eviction = ipc::eviction_value::recency;
   cfg->clients.socket_mode = 0660;
   cfg->clients.allow_users = {"alice", "1000"};
   cfg->clients.max_requests = 4096;
