@@ -4,12 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 
 namespace kvlane::tools::bench {
 
@@ -131,13 +127,10 @@ parse_mooncake(std::string_view jsonl, std::size_t max_rows, std::string_view so
 
 expected<std::vector<mooncake_request>, trace_error> load_mooncake(const std::string& path,
                                                                    std::size_t max_rows) {
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    return unexpected(
-      trace_error{0, fmt::format("cannot read trace '{}': {}", path, std::strerror(errno))});
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return parse_mooncake(buf.str(), max_rows, path);
+  auto text = read_trace_file(path);
+  if (!text)
+    return unexpected(std::move(text.error()));
+  return parse_mooncake(*text, max_rows, path);
 }
 
 } // namespace kvlane::tools::bench

@@ -174,15 +174,22 @@ expected<std::vector<trace_request>, trace_error> parse_trace(std::string_view c
   return out;
 }
 
-expected<std::vector<trace_request>, trace_error> load_trace(const std::string& path,
-                                                             std::size_t max_rows) {
+expected<std::string, trace_error> read_trace_file(const std::string& path) {
   std::ifstream in{path, std::ios::binary};
   if (!in)
     return unexpected(
       trace_error{0, fmt::format("cannot read trace '{}': {}", path, std::strerror(errno))});
   std::ostringstream buf;
   buf << in.rdbuf();
-  return parse_trace(buf.str(), max_rows, path);
+  return std::move(buf).str();
+}
+
+expected<std::vector<trace_request>, trace_error> load_trace(const std::string& path,
+                                                             std::size_t max_rows) {
+  auto text = read_trace_file(path);
+  if (!text)
+    return unexpected(std::move(text.error()));
+  return parse_trace(*text, max_rows, path);
 }
 
 std::size_t clamp_to_context(std::vector<trace_request>& requests, std::uint32_t max_context) {

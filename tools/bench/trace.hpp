@@ -57,6 +57,10 @@ expected<std::vector<trace_request>, trace_error> parse_trace(std::string_view c
                                                               std::size_t max_rows = 0,
                                                               std::string_view source = "<trace>");
 
+/// The whole file at `path`, or an error (line 0) that names it. Shared by the
+/// trace readers (CSV here, Mooncake JSON lines in mooncake_trace).
+expected<std::string, trace_error> read_trace_file(const std::string& path);
+
 /// Reads `path` and delegates to parse_trace.
 expected<std::vector<trace_request>, trace_error> load_trace(const std::string& path,
                                                              std::size_t max_rows = 0);
