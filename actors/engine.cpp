@@ -205,6 +205,7 @@ engine::prepare(submit_request& req) {
   sub->client = std::move(req.client);
   sub->priority = req.priority;
   sub->owner = req.owner;
+  sub->session_name = std::move(req.session_name);
   sub->sampling = std::move(req.sampling);
   return std::pair{m, std::move(sub)};
 }
@@ -333,6 +334,16 @@ engine::drop_retained(std::string_view model, const retained_drop_request& req,
                                             caf::to_string(err)));
              });
   return out;
+}
+
+void engine::forget_session(std::string_view model, std::uint64_t user, std::string session) {
+  const auto* m = find_model(model);
+  if (m == nullptr || m->health->failed())
+    return;
+  retained_drop_request req;
+  req.session = retained_drop_request::session_selector{user, std::move(session)};
+  // Ahead of any later submit in the scheduler's mailbox; the reply is not needed.
+  caf::anon_send(m->scheduler, cache_drop_atom::value, std::move(req));
 }
 
 end_hook engine::end_hook_for(const model_entry& m, const submission& sub) const {

@@ -40,6 +40,9 @@ struct submit_request {
   /// Who may reuse this request's KV (reuse scope "user"): the app's peer uid
   /// for IPC requests; in-process callers pick their own.
   std::uint64_t owner = 0;
+  /// The client session (conversation name) this request is a turn of, empty
+  /// if none: its retained KV is dropped with the session.
+  std::string session_name;
   priority_class priority = priority_class::interactive;
   std::string prompt_text;            ///< encoded with the model's tokenizer, after BOS
   std::vector<token_id> prompt_tokens; ///< used as is when prompt_text is empty
@@ -151,6 +154,11 @@ public:
   expected<retained_drop_result, std::string>
   drop_retained(std::string_view model, const retained_drop_request& req,
                 std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  /// Drops, without waiting, the retained KV that turns of `user`'s client
+  /// session `session` left in `model` (a dropped session). Requests
+  /// submitted after this call never reuse it. Nothing on an unknown model.
+  void forget_session(std::string_view model, std::uint64_t user, std::string session);
 
   /// Ends every stream (reason cancelled, `why`), frees slots and snapshots,
   /// and stops the schedulers and lanes. Idempotent.

@@ -104,6 +104,7 @@ struct submission {
   seq_id id = 0;
   std::string client;
   std::uint64_t owner = 0; ///< who may reuse its KV (peer uid)
+  std::string session_name; ///< the client session it is a turn of, empty if none
   priority_class priority = priority_class::interactive;
   std::vector<token_id> prompt;
   sampling_params sampling;

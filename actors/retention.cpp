@@ -13,7 +13,7 @@ void retention::set_min_prefix(std::uint32_t tokens) noexcept {
 
 std::optional<retained_id> retention::retain(prefix_scope scope,
                                              std::span<const backends::token_id> tokens,
-                                             backends::slot_id slot, std::string session,
+                                             backends::slot_id slot, retained_origin origin,
                                              std::chrono::steady_clock::time_point now,
                                              std::vector<superseded>& dropped) {
   if (tokens.size() < min_prefix_)
@@ -33,7 +33,7 @@ std::optional<retained_id> retention::retain(prefix_scope scope,
   retained_entry e;
   e.id = id;
   e.scope = scope;
-  e.session = std::move(session);
+  e.origin = std::move(origin);
   e.kv_len = static_cast<std::uint32_t>(tokens.size());
   e.slot = slot;
   e.last_use = now;

@@ -37,10 +37,17 @@ namespace kvlane::actors {
 
 using retained_id = prefix_entry_id;
 
+/// Who left a retained entry: the requesting user (whatever the reuse scope)
+/// and the client session (conversation name) the request was a turn of.
+struct retained_origin {
+  std::uint64_t user = 0;
+  std::string session; ///< empty: a stateless request
+};
+
 struct retained_entry {
   retained_id id = 0;
   prefix_scope scope;
-  std::string session;                  ///< conversation name, empty if none
+  retained_origin origin;
   std::uint32_t kv_len = 0;             ///< positions the KV covers
   std::optional<backends::slot_id> slot; ///< warm copy
   std::optional<ipc::snapshot_handle> snapshot; ///< sealed copy in the store
@@ -80,7 +87,7 @@ public:
   /// kept (nullopt) when shorter than the minimum. `dropped` receives the
   /// entries the new one supersedes (already removed from the table).
   std::optional<retained_id> retain(prefix_scope scope, std::span<const backends::token_id> tokens,
-                                    backends::slot_id slot, std::string session,
+                                    backends::slot_id slot, retained_origin origin,
                                     std::chrono::steady_clock::time_point now,
                                     std::vector<superseded>& dropped);
 

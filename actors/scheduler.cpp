@@ -39,6 +39,8 @@ using replan_atom = caf::atom_constant<caf::atom("replan")>;
 
 /// The scheduler's timer while the device is failing: the backoff is over.
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
+/// The idle-expiry timer of retained KV; carries the ticket it was armed with.
+using expire_atom = caf::atom_constant<caf::atom("expire")>;
 
 
 seq_phase phase_of(kv_state s) {
@@ -56,6 +58,7 @@ struct sequence {
   seq_id id = 0;
   std::string client;
   std::uint64_t owner = 0;
+  std::string session_name; ///< the client session it is a turn of, empty if none
   caf::actor session;
   std::vector<token_id> tokens; ///< prompt, then generated tokens
   std::uint32_t prompt_len = 0;
@@ -75,7 +78,7 @@ struct sequence {
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
 
   explicit sequence(const submission& s)
-    : id(s.id), client(s.client), owner(s.owner), tokens(s.prompt),
+    : id(s.id), client(s.client), owner(s.owner), session_name(s.session_name), tokens(s.prompt),
       prompt_len(static_cast<std::uint32_t>(s.prompt.size())), smp(s.sampling) {}
 };
 
@@ -119,6 +122,8 @@ struct scheduler_state {
   std::vector<std::optional<retained_id>> warm; ///< per slot: the retained entry warm in it
   std::uint32_t retained_dumps_in_flight = 0;
   clock::time_point last_expiry_check;
+  std::optional<clock::time_point> expiry_due; ///< when the armed expiry timer fires
+  std::uint64_t expiry_ticket = 0;             ///< the armed timer's; older ones are stale
 };
 
 using scheduler_actor = caf::stateful_actor<scheduler_state>;
@@ -328,6 +333,39 @@ public:
     st_.retained.set_min_prefix(p.min_prefix_tokens);
     if (p.mode == reuse_mode::off)
       drop_all_retained();
+    // A shorter TTL may be due sooner than the armed timer.
+    st_.expiry_due.reset();
+    arm_expiry();
+  }
+
+  /// Arms the timer for the moment the least recently used retained entry
+  /// outlives the idle TTL, so retained KV expires on time on a model that
+  /// has nothing else to do (expiry at scheduling events alone would keep it
+  /// forever there). At most one timer counts: the earliest armed.
+  void arm_expiry() {
+    if (st_.reuse.idle_ttl_s == 0 || st_.retained.size() == 0)
+      return;
+    std::optional<clock::time_point> oldest;
+    for (const auto id : st_.retained.ids())
+      if (const auto* e = st_.retained.find(id); !oldest || e->last_use < *oldest)
+        oldest = e->last_use;
+    const auto due = *oldest + std::chrono::seconds(st_.reuse.idle_ttl_s);
+    if (st_.expiry_due && *st_.expiry_due <= due)
+      return;
+    st_.expiry_due = due;
+    // idle_since() counts an entry idle once strictly past the TTL.
+    const auto in = std::max(due - clock::now(), clock::duration::zero()) + std::chrono::milliseconds(1);
+    self_->delayed_send(self_, std::chrono::ceil<std::chrono::milliseconds>(in), expire_atom::value,
+                        ++st_.expiry_ticket);
+  }
+
+  void on_expiry_timer(std::uint64_t ticket) {
+    if (ticket != st_.expiry_ticket)
+      return; // an earlier deadline replaced this timer
+    st_.expiry_due.reset();
+    if (expire_idle(true))
+      schedule(); // freed slots may admit waiting sequences
+    arm_expiry();
   }
 
   void on_shutdown(const std::string& why) {
@@ -577,13 +615,16 @@ private:
     const slot_id slot = *s.slot;
     std::vector<superseded> dropped;
     const auto id = st_.retained.retain(scope_of(s.owner), std::span(s.tokens).first(s.kv_len),
-                                        slot, {}, clock::now(), dropped);
+                                        slot, {s.owner, s.session_name}, clock::now(),
+                                        dropped);
     for (const auto& d : dropped)
       discard(d.slot, d.snapshot, d.dumping);
     st_.stats.retained_superseded += dropped.size();
     release_slot(s);
-    if (id)
+    if (id) {
       st_.warm[slot] = *id;
+      arm_expiry();
+    }
   }
 
   /// Frees what a removed entry held. A slot being dumped stays held until
@@ -598,7 +639,9 @@ private:
 
   /// Whether a drop request covers `e`: every selector that is set matches.
   static bool selected_by(const retained_drop_request& req, const retained_entry& e) {
-    return !req.id || *req.id == e.id;
+    return (!req.id || *req.id == e.id)
+           && (!req.session
+               || (req.session->user == e.origin.user && req.session->name == e.origin.session));
   }
 
   /// Store bytes a snapshot of `kv_len` positions is charged (the store
@@ -614,7 +657,7 @@ private:
     i.id = e.id;
     i.model = st_.setup.model;
     i.owner = e.scope.owner;
-    i.session = e.session;
+    i.session = e.origin.session;
     i.tokens = e.kv_len;
     i.slot = e.slot ? static_cast<std::int32_t>(*e.slot) : -1;
     i.stored = e.snapshot.has_value();
@@ -631,18 +674,23 @@ private:
         discard(e->slot, e->snapshot, e->dumping);
   }
 
-  void expire_idle() {
+  /// Drops retained entries idle past the TTL; at most once a second unless
+  /// `now_due` (the expiry timer). True when something went.
+  bool expire_idle(bool now_due = false) {
     if (st_.reuse.idle_ttl_s == 0)
-      return;
+      return false;
     const auto now = clock::now();
-    if (now - st_.last_expiry_check < std::chrono::seconds(1))
-      return;
+    if (!now_due && now - st_.last_expiry_check < std::chrono::seconds(1))
+      return false;
     st_.last_expiry_check = now;
+    bool any = false;
     for (const auto id : st_.retained.idle_since(now, std::chrono::seconds(st_.reuse.idle_ttl_s)))
       if (auto e = st_.retained.erase(id)) {
         discard(e->slot, e->snapshot, e->dumping);
         ++st_.stats.retained_expired;
+        any = true;
       }
+    return any;
   }
 
   std::optional<retained_match> find_reusable(const sequence& s) const {
@@ -1270,6 +1318,11 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   return {
     [self](submit_atom, submission_ptr s) { scheduler_logic{self}.on_submit(*s); },
     [self](replan_atom) { scheduler_logic{self}.on_replan(); },
+    [self](expire_atom, std::uint64_t ticket) {
+      scheduler_logic logic{self};
+      logic.catch_up();
+      logic.on_expiry_timer(ticket);
+    },
     [self](probe_atom) {
       scheduler_logic logic{self};
       logic.catch_up();

@@ -162,6 +162,12 @@ using cache_list_atom = caf::atom_constant<caf::atom("cachels")>;
 /// selector matches (none set: every entry of the model).
 struct retained_drop_request {
   std::optional<std::uint64_t> id;
+  /// Entries left by turns of this client session of `user`.
+  struct session_selector {
+    std::uint64_t user = 0;
+    std::string name;
+  };
+  std::optional<session_selector> session;
 };
 
 /// What a drop freed. Slots of entries being dumped free when the dump ends

@@ -291,8 +291,8 @@ json cache_drop(const json& req, const admin_services& s) {
           {"store_bytes", total.store_bytes}};
 }
 
-/// cache-drop-session {session, uid, model?}: forgets one user's conversation
-/// (its history; its retained KV ages out under the [reuse] rules).
+/// cache-drop-session {session, uid, model?}: forgets one user's conversation:
+/// its history and the retained KV its turns left.
 json drop_session(const json& req, const admin_services& s) {
   auto name = string_field(req, "session");
   if (!valid_model_name(name))
@@ -309,10 +309,22 @@ json drop_session(const json& req, const admin_services& s) {
     throw command_error{"not_found", fmt::format("unknown model '{}'", model)};
   if (s.sessions == nullptr)
     throw command_error{"failed", "this daemon keeps no sessions"};
-  if (!s.sessions->drop(session_key{static_cast<std::uint32_t>(uid), model, name}))
+  const bool had_history = s.sessions->drop(session_key{static_cast<std::uint32_t>(uid), model, name});
+  actors::retained_drop_request selector;
+  selector.session = actors::retained_drop_request::session_selector{uid, name};
+  auto kv = s.engine->drop_retained(model, selector);
+  if (!kv)
+    throw command_error{"failed", kv.error()};
+  if (!had_history && kv->entries == 0)
     throw command_error{"not_found", fmt::format("uid {} has no session '{}' of model '{}'", uid,
                                                  name, model)};
-  return {{"dropped", name}, {"uid", uid}, {"model", model}};
+  return {{"dropped", name},
+          {"uid", uid},
+          {"model", model},
+          {"history", had_history},
+          {"retained_entries", kv->entries},
+          {"retained_tokens", kv->tokens},
+          {"store_bytes", kv->store_bytes}};
 }
 
 json dispatch(const std::string& cmd, const json& req, const admin_services& s) {

@@ -377,6 +377,7 @@ void client_session::submit_to_engine(complete_submit c) {
   req.model = resolve_model(c.head.model);
   req.client = name_ + "#" + std::to_string(id_);
   req.owner = peer_.uid;
+  req.session_name = c.head.session;
   req.priority = c.head.prio == proto::priority::batch ? actors::priority_class::batch
                                                        : actors::priority_class::interactive;
   if (c.head.kind == proto::prompt_kind::text)
@@ -669,8 +670,11 @@ client_session::control_event client_session::handle_control() {
     return control_event::stats;
   if (auto* d = std::get_if<proto::session_drop_msg>(&*msg)) {
     // Only the connecting user's own sessions: the key carries the peer uid.
-    const bool existed =
-      sessions_->drop(session_key{peer_.uid, resolve_model(d->model), d->session});
+    // The history goes at once, the retained KV its turns left with the
+    // scheduler's next message, before any later submit of this app.
+    const auto model = resolve_model(d->model);
+    const bool existed = sessions_->drop(session_key{peer_.uid, model, d->session});
+    engine_.forget_session(model, peer_.uid, d->session);
     send_control(proto::encode(proto::session_dropped_msg{existed}));
     return control_event::handled;
   }

@@ -384,8 +384,14 @@ int cache_drop_session_main(int argc, char** argv, std::string socket) {
                 fmt::format("{}: {}", e["code"].get<std::string>(), e["message"].get<std::string>()));
   }
   if (!as_json)
-    fmt::print("dropped session '{}' of uid {} (model '{}')\n", (*r)["dropped"].get<std::string>(),
-               (*r)["uid"].get<std::uint64_t>(), (*r)["model"].get<std::string>());
+    fmt::print("dropped session '{}' of uid {} (model '{}'): {}, {} retained entries "
+               "({} tokens, {} store bytes)\n",
+               (*r)["dropped"].get<std::string>(), (*r)["uid"].get<std::uint64_t>(),
+               (*r)["model"].get<std::string>(),
+               (*r)["history"].get<bool>() ? "its history" : "no history",
+               (*r)["retained_entries"].get<std::uint32_t>(),
+               (*r)["retained_tokens"].get<std::uint64_t>(),
+               (*r)["store_bytes"].get<std::uint64_t>());
   return 0;
 }
 

@@ -190,19 +190,24 @@ TEST_CASE("sessions: another session name or another user does not see the histo
   CHECK(again.end.prompt_tokens == p1.size() + 16 + p2.size());
 }
 
-TEST_CASE("sessions: a drop from the app or the admin empties the history") {
+TEST_CASE("sessions: a drop from the app or the admin empties the history and drops the KV its "
+          "turns left") {
   daemon_fixture d;
   auto c = d.connect();
   const auto p1 = byte_tokens(40, 0), p2 = byte_tokens(20, 60);
   ask(*c, p1, "conv");
+  auto retained = [&] { return d.status()["models"][0]["reuse"]["entries"].get<std::uint64_t>(); };
+  REQUIRE(retained() == 1);
 
   auto dropped = c->drop_session("conv");
   REQUIRE(dropped);
   CHECK(*dropped);
+  CHECK(retained() == 0);
   auto none = c->drop_session("conv");
   REQUIRE(none);
   CHECK_FALSE(*none);
   CHECK(ask(*c, p2, "conv").end.prompt_tokens == p2.size());
+  REQUIRE(retained() == 1);
 
   auto bad = c->drop_session("no spaces");
   REQUIRE_FALSE(bad);
@@ -215,6 +220,8 @@ TEST_CASE("sessions: a drop from the app or the admin empties the history") {
   CAPTURE(out);
   CHECK(rc == 0);
   CHECK(out.find("dropped session 'conv'") != std::string::npos);
+  CHECK(out.find("its history, 1 retained entries") != std::string::npos);
+  CHECK(retained() == 0);
   CHECK(ask(*c, p2, "conv").end.prompt_tokens == p2.size());
   auto [rc2, out2] = d.run(KVLANE_CLI_PATH, {"cache", "drop", "--session", "missing", "--uid",
                                              std::to_string(::getuid()), "--socket", admin});

@@ -33,7 +33,7 @@ TEST_CASE("retention: a finished turn is found warm, then stored after its dump,
   retention sut(8, 16);
   std::vector<superseded> dropped;
   const auto turn1 = run(40);
-  const auto id = sut.retain(alice, turn1, 3, "", t0, dropped);
+  const auto id = sut.retain(alice, turn1, 3, {}, t0, dropped);
   REQUIRE(id.has_value());
   CHECK(dropped.empty());
   const auto turn2 = concat(turn1, run(10, 900));
@@ -70,13 +70,13 @@ TEST_CASE("retention: a finished turn is found warm, then stored after its dump,
 TEST_CASE("retention: taking a warm slot consumes the entry unless it also has a stored copy") {
   retention sut(8, 8);
   std::vector<superseded> dropped;
-  const auto a = sut.retain(alice, run(20), 0, "", t0, dropped);
+  const auto a = sut.retain(alice, run(20), 0, {}, t0, dropped);
   REQUIRE(a);
   sut.slot_released(*a);
   CHECK(sut.find(*a) == nullptr);
   CHECK(sut.size() == 0);
 
-  const auto b = sut.retain(alice, run(20, 50), 1, "", t0, dropped);
+  const auto b = sut.retain(alice, run(20, 50), 1, {}, t0, dropped);
   REQUIRE(b);
   sut.dump_started(*b);
   REQUIRE(sut.dump_finished(*b, snapshot_handle{1, 1}));
@@ -88,7 +88,7 @@ TEST_CASE("retention: taking a warm slot consumes the entry unless it also has a
 TEST_CASE("retention: a failed dump of a warm copy forgets the entry") {
   retention sut(8, 8);
   std::vector<superseded> dropped;
-  const auto a = sut.retain(alice, run(20), 0, "", t0, dropped);
+  const auto a = sut.retain(alice, run(20), 0, {}, t0, dropped);
   sut.dump_started(*a);
   CHECK(sut.dump_finished(*a, std::nullopt));
   CHECK(sut.find(*a) == nullptr);
@@ -101,21 +101,21 @@ TEST_CASE("retention: a newer turn supersedes the older turns it extends, not a 
   const auto turn1 = run(20);
   const auto turn2 = concat(turn1, run(12, 100));
   const auto branch = concat(turn1, run(12, 500));
-  const auto a = sut.retain(alice, turn1, 0, "", t0, dropped);
+  const auto a = sut.retain(alice, turn1, 0, {}, t0, dropped);
   sut.dump_started(*a);
   REQUIRE(sut.dump_finished(*a, snapshot_handle{9, 2}));
-  const auto b = sut.retain(alice, branch, 1, "", t0, dropped);
+  const auto b = sut.retain(alice, branch, 1, {}, t0, dropped);
   REQUIRE(dropped.size() == 1);
   CHECK(dropped[0].id == *a);
   CHECK(dropped[0].snapshot == snapshot_handle{9, 2});
   dropped.clear();
-  const auto c = sut.retain(alice, turn2, 2, "", t0, dropped);
+  const auto c = sut.retain(alice, turn2, 2, {}, t0, dropped);
   CHECK(dropped.empty()); // b is a branch, not a prefix of c
   CHECK(sut.size() == 2);
   CHECK(sut.find(*b) != nullptr);
   CHECK(sut.find(*c) != nullptr);
   // Another user's identical history supersedes nothing of alice's.
-  const auto d = sut.retain(bob, turn2, 3, "", t0, dropped);
+  const auto d = sut.retain(bob, turn2, 3, {}, t0, dropped);
   CHECK(dropped.empty());
   CHECK(sut.size() == 3);
   CHECK(d.has_value());
@@ -124,8 +124,8 @@ TEST_CASE("retention: a newer turn supersedes the older turns it extends, not a 
 TEST_CASE("retention: short entries and short matches are below the minimum prefix") {
   retention sut(8, 32);
   std::vector<superseded> dropped;
-  CHECK_FALSE(sut.retain(alice, run(31), 0, "", t0, dropped).has_value());
-  const auto a = sut.retain(alice, run(64), 0, "", t0, dropped);
+  CHECK_FALSE(sut.retain(alice, run(31), 0, {}, t0, dropped).has_value());
+  const auto a = sut.retain(alice, run(64), 0, {}, t0, dropped);
   REQUIRE(a);
   auto prompt = run(24);
   prompt.push_back(7777);
@@ -137,9 +137,9 @@ TEST_CASE("retention: short entries and short matches are below the minimum pref
 TEST_CASE("retention: the coldest warm entry and idle entries by last use") {
   retention sut(8, 8);
   std::vector<superseded> dropped;
-  const auto a = sut.retain(alice, run(16, 1), 0, "", t0, dropped);
-  const auto b = sut.retain(alice, run(16, 100), 1, "", t0 + 1s, dropped);
-  const auto c = sut.retain(alice, run(16, 200), 2, "", t0 + 2s, dropped);
+  const auto a = sut.retain(alice, run(16, 1), 0, {}, t0, dropped);
+  const auto b = sut.retain(alice, run(16, 100), 1, {}, t0 + 1s, dropped);
+  const auto c = sut.retain(alice, run(16, 200), 2, {}, t0 + 2s, dropped);
   CHECK(sut.coldest_warm() == a);
   // Using a makes b the coldest.
   auto prompt = run(17, 1);

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <thread>
+
 using namespace kvlane;
 using namespace std::chrono_literals;
 using actors::scheduler_mode;
@@ -280,7 +282,7 @@ TEST_CASE("reuse: the admin lists retained entries and a drop frees their slots 
   CHECK(st.retained_warm_bytes == ls->back().bytes);
   CHECK(sut.engine->store_stats().retained_bytes == stored.bytes);
 
-  auto by_id = sut.engine->drop_retained("tiny", {.id = stored.id});
+  auto by_id = sut.engine->drop_retained("tiny", {.id = stored.id, .session = {}});
   REQUIRE(by_id.has_value());
   CHECK(by_id->entries == 1);
   CHECK(by_id->snapshots == 1);
@@ -288,7 +290,7 @@ TEST_CASE("reuse: the admin lists retained entries and a drop frees their slots 
   CHECK(by_id->tokens == stored.tokens);
   CHECK(by_id->store_bytes == stored.bytes);
   CHECK(sut.engine->store_stats().retained_bytes == 0);
-  CHECK(sut.engine->drop_retained("tiny", {.id = stored.id})->entries == 0);
+  CHECK(sut.engine->drop_retained("tiny", {.id = stored.id, .session = {}})->entries == 0);
 
   auto all = sut.engine->drop_retained("tiny", {});
   REQUIRE(all.has_value());
@@ -305,4 +307,61 @@ TEST_CASE("reuse: the admin lists retained entries and a drop frees their slots 
   run_one(*sut.engine, request(letters(40, 3), false, 1000));
   CHECK_FALSE(sut.engine->list_retained("nope").has_value());
   CHECK_FALSE(sut.engine->drop_retained("nope", {}).has_value());
+}
+
+TEST_CASE("reuse: retained KV expires after the idle TTL on a model with nothing else to do") {
+  auto cfg = reuse_config(scheduler_mode::overlap);
+  cfg.reuse.idle_ttl_s = 1;
+  engine_fixture sut{cfg};
+  run_one(*sut.engine, request(letters(40, 1), false));
+  REQUIRE(sut.stats().retained == 1);
+  // No request follows: only the expiry timer can drop the entry. Reading
+  // the figures is not a scheduling event (it plans nothing).
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (sut.stats().retained != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  const auto st = sut.stats();
+  CHECK(st.retained == 0);
+  CHECK(st.retained_expired == 1);
+  sut.check_nothing_leaked();
+}
+
+TEST_CASE("reuse: a session drop removes only the KV that user's turns of that session left") {
+  auto cfg = reuse_config(scheduler_mode::overlap);
+  engine_fixture sut{cfg};
+  auto turn = [&](std::size_t salt, std::uint64_t user, std::string session) {
+    auto r = request(letters(40, salt), false, user);
+    r.session_name = std::move(session);
+    run_one(*sut.engine, std::move(r));
+  };
+  turn(1, 1000, "chat");
+  turn(2, 1000, "other");
+  turn(3, 1001, "chat");
+  turn(4, 1000, "");
+  auto ls = sut.engine->list_retained();
+  REQUIRE(ls.has_value());
+  REQUIRE(ls->size() == 4);
+  CHECK(ls->at(0).session == "chat");
+  CHECK(ls->at(3).session.empty());
+
+  actors::retained_drop_request req;
+  req.session = actors::retained_drop_request::session_selector{1000, "chat"};
+  auto r = sut.engine->drop_retained("tiny", req);
+  REQUIRE(r.has_value());
+  CHECK(r->entries == 1);
+  CHECK(r->tokens == 40 + 20 - 1);
+  ls = sut.engine->list_retained();
+  REQUIRE(ls->size() == 3);
+  for (const auto& e : *ls)
+    CHECK_FALSE((e.owner == 1000 && e.session == "chat"));
+
+  // The app's drop does not wait; a request made after it sees its effect.
+  sut.engine->forget_session("tiny", 1001, "chat");
+  ls = sut.engine->list_retained();
+  REQUIRE(ls->size() == 2);
+  CHECK(ls->at(0).session == "other");
+  CHECK(ls->at(1).owner == 1000);
+  CHECK(sut.stats().retained_admin_dropped == 2);
+  REQUIRE(sut.engine->drop_retained("tiny", {})->entries == 2);
+  sut.check_nothing_leaked();
 }
