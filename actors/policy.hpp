@@ -84,6 +84,9 @@ struct scheduler_policy {
   std::uint32_t levels = 4;            ///< MLFQ levels; level i's quantum is quantum_steps * 2^i
   std::uint32_t spare_slots = 1;       ///< slots kept free for new interactive requests
   std::uint32_t max_step_tokens = 512; ///< tokens per step (decodes always run; prefill fills up)
+  /// Batch prefill chunks stay out of a step that carries an interactive
+  /// prefill chunk (shorter steps until the interactive first token).
+  bool batch_prefill_yields = true;
   std::uint32_t aging_steps = 2048;    ///< steps waited before a sequence returns to level 0; 0 = never
   double ewma_alpha = 0.2;             ///< weight of a new sample in the cost model
   /// Cost figures to decide swap vs recompute with instead of measured ones

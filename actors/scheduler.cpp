@@ -96,6 +96,7 @@ struct scheduler_state {
   bool fallback = false;   ///< overlap mode on a backend that cannot overlap
   mlfq_policy mlfq;
   std::uint32_t max_step_tokens = 0;
+  bool batch_prefill_yields = false;
   std::uint32_t spare = 1;
 
   std::unordered_map<seq_id, std::unique_ptr<sequence>> seqs;
@@ -1131,7 +1132,8 @@ private:
       maybe_step();
       return;
     }
-    auto rows = compose_step(candidates, {st_.max_step_tokens, st_.info.max_prefill_chunk});
+    auto rows = compose_step(candidates, {st_.max_step_tokens, st_.info.max_prefill_chunk,
+                                          st_.batch_prefill_yields});
     if (rows.empty())
       return;
 
@@ -1281,6 +1283,7 @@ namespace {
 void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
   st.mlfq.set_knobs({p.quantum_steps, p.levels, p.aging_steps});
   st.max_step_tokens = p.max_step_tokens;
+  st.batch_prefill_yields = p.batch_prefill_yields;
   st.spare = p.spare_slots;
   st.costs.set_alpha(p.ewma_alpha);
   st.costs.fix(p.fixed_costs);

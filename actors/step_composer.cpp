@@ -23,6 +23,9 @@ std::vector<step_row_plan> compose_step(std::span<const step_candidate> candidat
     budget -= std::min(budget, 1u);
   }
   for (auto* c : prefills) {
+    // Prefills are in class order: the first batch one ends an interactive step.
+    if (limits.batch_prefill_yields && c->position->cls != prefills.front()->position->cls)
+      break;
     auto left = c->length - c->kv_len;
     auto n = std::min({left, limits.max_prefill_chunk, budget});
     if (n == 0)

@@ -9,7 +9,9 @@
 // prefill chunks follow in (class, level, turn) order and fill the step up to
 // `max_step_tokens` tokens (0: no limit), the last one cut to what is left.
 // Decode rows count against the budget too, so a step full of decodes takes
-// no prefill.
+// no prefill. With `batch_prefill_yields`, batch prefill chunks stay out of a
+// step that carries an interactive one: the step stays short, and the
+// interactive request reaches its first token in fewer, shorter steps.
 //
 // Pure: no clock, no actor. Threading: call from one thread.
 
@@ -41,6 +43,7 @@ struct step_row_plan {
 struct step_limits {
   std::uint32_t max_step_tokens = 0;   ///< 0: no limit
   std::uint32_t max_prefill_chunk = 1; ///< the backend's largest prefill row
+  bool batch_prefill_yields = false;   ///< no batch prefill beside an interactive one
 };
 
 /// The rows of the next step, decode rows first; empty if nothing can run.

@@ -126,6 +126,17 @@ status read_string(const reporter& r, const section& s, std::string_view name, s
   return {};
 }
 
+status read_bool(const reporter& r, const section& s, std::string_view name, bool& out) {
+  const auto* n = s.find(name);
+  if (n == nullptr)
+    return {};
+  const auto* v = n->as_boolean();
+  if (v == nullptr)
+    return unexpected(r.wrong_type(s.key(name), *n, "boolean"));
+  out = v->get();
+  return {};
+}
+
 /// Reads a byte size: a non-negative integer or a string such as "64MiB".
 status read_bytes(const reporter& r, const section& s, std::string_view name, std::uint64_t& out,
                   std::uint64_t lo, std::uint64_t hi) {

@@ -158,6 +158,9 @@ status read_real(const reporter& r, const section& s, std::string_view name, dou
 
 status read_string(const reporter& r, const section& s, std::string_view name, std::string& out);
 
+/// Reads `true` or `false` (TOML booleans only: not 0/1 or "yes").
+status read_bool(const reporter& r, const section& s, std::string_view name, bool& out);
+
 /// Reads a byte size: a non-negative integer or a string such as "64MiB".
 status read_bytes(const reporter& r, const section& s, std::string_view name, std::uint64_t& out,
                   std::uint64_t lo, std::uint64_t hi);

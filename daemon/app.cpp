@@ -447,7 +447,7 @@ reload_report app::reload() {
   if (knobs != now.scheduler) {
     if (engine_->update_policy(knobs)) {
       r.applied.push_back("scheduler (quantum_steps, levels, spare_slots, max_step_tokens, "
-                          "aging_steps, ewma_alpha, faults)");
+                          "batch_prefill_yields, aging_steps, ewma_alpha, faults)");
       now.scheduler = knobs;
     } else {
       r.needs_restart.push_back("scheduler: a model's scheduler did not confirm the new knobs");

@@ -194,7 +194,8 @@ status parse_scheduler(const reporter& r, const section& root, actors::scheduler
   const section s{**table, "scheduler"};
   KVLANE_CONFIG_TRY(check_keys(r, s,
                                {"mode", "quantum_steps", "quantum_tokens", "levels", "spare_slots",
-                                "max_step_tokens", "aging_steps", "ewma_alpha", "faults"}));
+                                "max_step_tokens", "batch_prefill_yields", "aging_steps",
+                                "ewma_alpha", "faults"}));
   const auto modes = scheduler_modes();
   KVLANE_CONFIG_TRY(read_choice(r, s, "mode", out.mode, std::span<const choice<scheduler_mode>>(modes)));
   // quantum_tokens is the former name of quantum_steps (it always counted steps), still accepted.
@@ -216,6 +217,7 @@ status parse_scheduler(const reporter& r, const section& root, actors::scheduler
                   top_quantum)));
   KVLANE_CONFIG_TRY(read_int(r, s, "spare_slots", out.spare_slots, 0, 64));
   KVLANE_CONFIG_TRY(read_int(r, s, "max_step_tokens", out.max_step_tokens, 0, 1'048'576));
+  KVLANE_CONFIG_TRY(read_bool(r, s, "batch_prefill_yields", out.batch_prefill_yields));
   KVLANE_CONFIG_TRY(read_int(r, s, "aging_steps", out.aging_steps, 0, 1'000'000'000));
   KVLANE_CONFIG_TRY(read_real(r, s, "ewma_alpha", out.ewma_alpha, {0.0, true, 1.0, false}));
   return parse_scheduler_faults(r, s, out.faults);

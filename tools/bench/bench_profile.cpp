@@ -52,6 +52,7 @@ quantum_tokens = 64
 levels = 4
 spare_slots = 1
 max_step_tokens = 512
+batch_prefill_yields = true
 aging_steps = 2048
 ewma_alpha = 0.2
 

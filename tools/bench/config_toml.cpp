@@ -123,6 +123,7 @@ public:
                                 {"levels", p.levels},
                                 {"spare_slots", p.spare_slots},
                                 {"max_step_tokens", p.max_step_tokens},
+                                {"batch_prefill_yields", p.batch_prefill_yields},
                                 {"aging_steps", p.aging_steps},
                                 {"ewma_alpha", p.ewma_alpha}}},
       {"reuse", toml::table{{"mode", actors::to_string(cfg.reuse.mode)},

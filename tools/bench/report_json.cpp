@@ -135,6 +135,7 @@ json profile_json(const report_context& c) {
                         {"levels", p.levels},
                         {"spare_slots", p.spare_slots},
                         {"max_step_tokens", p.max_step_tokens},
+                        {"batch_prefill_yields", p.batch_prefill_yields},
                         {"aging_steps", p.aging_steps},
                         {"ewma_alpha", json_figure(p.ewma_alpha)}};
   j["store_max_bytes"] = c.cfg.store.max_bytes;

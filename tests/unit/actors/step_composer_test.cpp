@@ -75,3 +75,26 @@ TEST_CASE("step_composer: a prefill never exceeds its remaining tokens or the ba
 TEST_CASE("step_composer: nothing to run makes no rows") {
   CHECK(actors::compose_step({}, {0, 32}).empty());
 }
+
+TEST_CASE("step_composer: with batch_prefill_yields no batch prefill shares a step with an "
+          "interactive one") {
+  candidates c;
+  c.add(1, priority_class::batch, 0, 1, 40, 41)           // decode: always runs
+    .add(2, priority_class::batch, 0, 2, 0, 100)          // batch prefill
+    .add(3, priority_class::interactive, 1, 3, 0, 100)    // interactive prefill
+    .add(4, priority_class::interactive, 2, 4, 0, 20);    // interactive prefill
+  // Without the rule the batch chunk fills the rest of the step.
+  CHECK(actors::compose_step(c.list, {512, 64, false})
+        == rows{{1, 1, false}, {3, 64, true}, {4, 20, true}, {2, 64, true}});
+  // With it the step carries the interactive chunks only.
+  CHECK(actors::compose_step(c.list, {512, 64, true})
+        == rows{{1, 1, false}, {3, 64, true}, {4, 20, true}});
+
+  // With no interactive prefill waiting, batch prefills fill the step as before.
+  candidates b;
+  b.add(1, priority_class::interactive, 0, 1, 40, 41)     // interactive decode
+    .add(2, priority_class::batch, 0, 2, 0, 100)
+    .add(3, priority_class::batch, 1, 3, 0, 100);
+  CHECK(actors::compose_step(b.list, {100, 64, true})
+        == rows{{1, 1, false}, {2, 64, true}, {3, 35, true}});
+}

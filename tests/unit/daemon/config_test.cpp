@@ -103,6 +103,7 @@ void check_same(const config& a, const config& b) {
   CHECK(a.scheduler.levels == b.scheduler.levels);
   CHECK(a.scheduler.spare_slots == b.scheduler.spare_slots);
   CHECK(a.scheduler.max_step_tokens == b.scheduler.max_step_tokens);
+  CHECK(a.scheduler.batch_prefill_yields == b.scheduler.batch_prefill_yields);
   CHECK(a.scheduler.aging_steps == b.scheduler.aging_steps);
   CHECK(a.scheduler.ewma_alpha == b.scheduler.ewma_alpha);
   CHECK(a.scheduler.faults == b.scheduler.faults);
@@ -183,6 +184,7 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.scheduler.levels == 4);
   CHECK(sut.scheduler.spare_slots == 1);
   CHECK(sut.scheduler.max_step_tokens == 512);
+  CHECK(sut.scheduler.batch_prefill_yields);
   CHECK(sut.scheduler.aging_steps == 2048);
   CHECK(sut.scheduler.ewma_alpha == 0.2);
   CHECK(sut.scheduler.faults.step_retries == 1);
@@ -317,6 +319,7 @@ quantum_steps = 16
 levels = 6
 spare_slots = 0
 max_step_tokens = 0
+batch_prefill_yields = false
 aging_steps = 100
 ewma_alpha = 1
 [scheduler.faults]
@@ -394,6 +397,7 @@ listen = "[::1]:9464"
   CHECK(sut.scheduler.levels == 6);
   CHECK(sut.scheduler.spare_slots == 0);
   CHECK(sut.scheduler.max_step_tokens == 0);
+  CHECK_FALSE(sut.scheduler.batch_prefill_yields);
   CHECK(sut.scheduler.aging_steps == 100);
   CHECK(sut.scheduler.ewma_alpha == 1.0);
   CHECK(sut.scheduler.faults.step_retries == 2);
@@ -511,6 +515,11 @@ TEST_CASE("config: a wrong type is an error naming key, line, expected and actua
     const auto e = parse_error(std::string(minimal) + "[model.sim]\ntime_scale = true\n");
     check_error(e, "model[0].sim.time_scale", 5);
     CHECK(contains(e.message, "expected number, got boolean"));
+  }
+  SUBCASE("integer for a boolean") {
+    const auto e = parse_error(std::string(minimal) + "[scheduler]\nbatch_prefill_yields = 1\n");
+    check_error(e, "scheduler.batch_prefill_yields", 5);
+    CHECK(contains(e.message, "expected boolean, got integer"));
   }
   SUBCASE("scalar for a table") {
     const auto e = parse_error("version = 1\nstore = 5\n[[model]]\nname = \"m\"\n");
