@@ -59,6 +59,11 @@ ewma_alpha = 0.2
 [store]
 # 8 GiB scaled like the snapshots (x 1/256): room for the same 128 snapshots.
 max_bytes = "32MiB"
+
+[reuse]
+# The mode comparisons measure scheduling alone: the CSV traces' requests are
+# unrelated, so retained KV would only add dumps. --reuse sets it per policy.
+mode = "off"
 )";
 
 } // namespace

@@ -2,6 +2,7 @@
 
 #include "actors/engine.hpp"
 #include "common/elapsed.hpp"
+#include "common/random.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -71,11 +72,14 @@ private:
 
 std::vector<backends::token_id> synthetic_prompt(std::uint32_t index, std::uint32_t length) {
   std::vector<backends::token_id> out(length);
+  // Letters with a space every few tokens (plausible text for the byte
+  // tokenizer), drawn from a generator seeded by the index: prompts of
+  // different requests share no prefix worth reusing.
+  std::uint64_t state = std::uint64_t{index} << 32;
   for (std::uint32_t k = 0; k < length; ++k) {
-    // Letters with a space every few tokens: plausible text for the byte tokenizer.
+    const auto z = splitmix64(state);
     const bool space = (k + index) % 6 == 5;
-    out[k] = space ? backends::token_id{' '}
-                   : static_cast<backends::token_id>('a' + (index * 7 + k * 3) % 26);
+    out[k] = space ? backends::token_id{' '} : static_cast<backends::token_id>('a' + z % 26);
   }
   return out;
 }

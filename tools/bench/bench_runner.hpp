@@ -127,7 +127,8 @@ struct run_result {
 expected<run_result, std::string> run_mode(const run_options& opts, actors::scheduler_mode mode,
                                            std::span<const trace_request> requests);
 
-/// The synthetic prompt of request `index`: `length` letter tokens.
+/// The synthetic prompt of request `index`: `length` letter tokens, the same
+/// for the same index; different indices share no prefix worth reusing.
 std::vector<backends::token_id> synthetic_prompt(std::uint32_t index, std::uint32_t length);
 
 /// The tokens request `index` sends: the first prompt_tokens of its own

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 using namespace kvlane;
@@ -54,4 +55,24 @@ TEST_CASE("bench runner: ten synthetic requests complete in two modes and report
                    "\"ttft_p99_interactive_ms\"", "\"npu_busy\"", "\"transfer_hidden\"",
                    "\"completed\": 10", "\"failed\": 0", "\"overlap_vs_fcfs\""})
     CHECK_MESSAGE(json.find(key) != std::string::npos, key);
+}
+
+TEST_CASE("bench runner: synthetic prompts of different requests share no reusable prefix") {
+  // [reuse] min_prefix_tokens defaults to 64; a shared run of even 16 tokens
+  // between two requests' prompts would be a reuse the trace does not have.
+  constexpr std::uint32_t requests = 400, length = 64;
+  std::vector<std::vector<backends::token_id>> prompts;
+  for (std::uint32_t i = 0; i < requests; ++i)
+    prompts.push_back(synthetic_prompt(i, length));
+  std::size_t longest = 0;
+  for (std::uint32_t i = 0; i < requests; ++i)
+    for (std::uint32_t j = i + 1; j < requests; ++j) {
+      const auto m = std::mismatch(prompts[i].begin(), prompts[i].end(), prompts[j].begin());
+      longest = std::max<std::size_t>(longest, m.first - prompts[i].begin());
+    }
+  CHECK(longest < 16);
+  // The same index gives the same prompt, and a shorter one is its prefix.
+  CHECK(synthetic_prompt(7, length) == prompts[7]);
+  const auto shorter = synthetic_prompt(7, 10);
+  CHECK(std::equal(shorter.begin(), shorter.end(), prompts[7].begin()));
 }
