@@ -86,6 +86,13 @@ public:
   /// level 0 (keeping its turn); one that holds a slot starts waiting anew.
   void age(mlfq_position& p, bool resident) const noexcept;
 
+  /// Whether `age` does anything: aging_steps > 0 and the mlfq order.
+  bool ages() const noexcept;
+
+  /// What aging does to a sequence that waited long enough: back to level 0,
+  /// its quantum unused, keeping its turn.
+  static void return_to_top(mlfq_position& p) noexcept;
+
   /// Indices into `entries`, best first: by turn (arrival), by (class, turn)
   /// (priority), or by (class, level, turn) (mlfq) with clients interleaved round-robin inside each
   /// (class, level) in the order of their earliest turn there.
