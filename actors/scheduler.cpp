@@ -1,11 +1,13 @@
 #include "actors/scheduler.hpp"
 
 #include "actors/cost_model.hpp"
+#include "actors/aging_queue.hpp"
 #include "actors/exception_handler.hpp"
 #include "actors/fault_policy.hpp"
 #include "actors/lane.hpp"
 #include "actors/mlfq_policy.hpp"
 #include "actors/overlap_meter.hpp"
+#include "actors/rank_index.hpp"
 #include "actors/retention.hpp"
 #include "actors/slot_planner.hpp"
 #include "actors/step_composer.hpp"
@@ -95,6 +97,8 @@ struct scheduler_state {
   bool serialized = false; ///< transfers share the compute lane (sync, or no overlap)
   bool fallback = false;   ///< overlap mode on a backend that cannot overlap
   mlfq_policy mlfq;
+  rank_index ranks;   ///< the live sequences that are not cancelled, in rank order
+  aging_queue aging;  ///< when waiting sequences return to level 0
   std::uint32_t max_step_tokens = 0;
   bool batch_prefill_yields = false;
   std::uint32_t spare = 1;
@@ -147,6 +151,8 @@ public:
     auto seq = std::make_unique<sequence>(s);
     seq->session = s.session;
     seq->position = st_.mlfq.enter(s.priority, seq->prompt_len);
+    st_.ranks.insert(seq->id, seq->position, seq->client);
+    st_.aging.enter(seq->id, seq->position.level > 0);
     ++st_.stats.submitted;
     notify(*seq, seq_phase::queued);
     st_.seqs.emplace(seq->id, std::move(seq));
@@ -167,7 +173,7 @@ public:
         break;
       case kv_state::resident:
         if (s->in_step) {
-          s->cancelled = true;
+          mark_cancelled(*s);
         } else {
           release_slot(*s);
           finish(*s, end_reason::cancelled, std::string{why});
@@ -175,7 +181,7 @@ public:
         break;
       case kv_state::dumping:
       case kv_state::loading:
-        s->cancelled = true; // completed in on_transfer_done
+        mark_cancelled(*s); // completed in on_transfer_done
         break;
     }
     schedule();
@@ -214,7 +220,7 @@ public:
         finish(*s, end_reason::cancelled, "cancelled");
         continue;
       }
-      st_.mlfq.charge_step(s->position);
+      charge_step(*s);
       if (s->kv_len < s->tokens.size())
         continue; // a prefill chunk that is not the last one
       auto tok = s->smp.sample(done.out.row(i));
@@ -388,11 +394,11 @@ public:
       auto& seq = *s;
       finish_stream(seq, end_reason::cancelled, why);
       if (seq.state == kv_state::dumping || seq.state == kv_state::loading || seq.in_step) {
-        seq.cancelled = true;
+        mark_cancelled(seq);
         seq.session = {};
       } else {
         notify(seq, seq_phase::ended);
-        st_.seqs.erase(id);
+        erase_sequence(id);
       }
     }
   }
@@ -505,14 +511,58 @@ public:
 private:
   // -- helpers -------------------------------------------------------------------
 
-  sequence* find(seq_id id) {
+  sequence* find(seq_id id) const {
     auto it = st_.seqs.find(id);
     return it == st_.seqs.end() ? nullptr : it->second.get();
   }
 
+  /// `mlfq_policy::age` for every live sequence after a successful step,
+  /// carried out by the aging queue: O(slots) plus the sequences it lifts.
   void age_waiting() {
-    for (auto& [id, s] : st_.seqs)
-      st_.mlfq.age(s->position, s->state == kv_state::resident);
+    if (!st_.mlfq.ages())
+      return;
+    std::vector<seq_id> residents;
+    for (auto* s : slot_holders())
+      if (s->state == kv_state::resident)
+        residents.push_back(s->id);
+    for (auto id : st_.aging.step(residents, st_.mlfq.knobs().aging_steps)) {
+      auto* s = find(id);
+      if (!s)
+        continue;
+      mlfq_policy::return_to_top(s->position);
+      st_.ranks.update(id, s->position);
+    }
+  }
+
+  /// The sequences that hold a slot (resident, dumping or loading), by slot.
+  std::vector<sequence*> slot_holders() const {
+    std::vector<sequence*> out;
+    for (const auto& owner : st_.slot_owner)
+      if (owner)
+        if (auto* s = find(*owner))
+          out.push_back(s);
+    return out;
+  }
+
+  /// Charges a step the sequence ran in; it may drop a level and take a new turn.
+  void charge_step(sequence& s) {
+    st_.mlfq.charge_step(s.position);
+    st_.ranks.update(s.id, s.position);
+    st_.aging.set_above_top(s.id, s.position.level > 0);
+  }
+
+  /// A cancelled sequence stays until the lane working on it replies, but is
+  /// no longer ranked or aged.
+  void mark_cancelled(sequence& s) {
+    s.cancelled = true;
+    st_.ranks.erase(s.id);
+    st_.aging.leave(s.id);
+  }
+
+  void erase_sequence(seq_id id) {
+    st_.ranks.erase(id);
+    st_.aging.leave(id);
+    st_.seqs.erase(id);
   }
 
   double hidden_ms(clock::time_point a, clock::time_point b) const {
@@ -577,7 +627,7 @@ private:
     finish_stream(s, reason, std::move(message));
     notify(s, seq_phase::ended);
     const auto id = s.id;
-    st_.seqs.erase(id); // `s` dies here
+    erase_sequence(id); // `s` dies here
     forget_faults_of(id);
   }
 
@@ -722,16 +772,30 @@ private:
   // device. One outside the target is then an ordinary resident the planner
   // may preempt (a swap keeps its KV as a parked sequence's, worth more than
   // a retained one's).
-  void take_warm_hits(const std::vector<sequence*>& order) {
-    if (st_.reuse.mode == reuse_mode::off)
+  //
+  // Only a warm entry yields such a hit, so the walk down the rank order
+  // stops once no slot is warm (at once when none is). `limit`: look at the
+  // best `limit` sequences only (0: all).
+  void take_warm_hits(std::size_t limit) {
+    if (st_.reuse.mode == reuse_mode::off || !any_warm())
       return;
-    for (auto* seq : order) {
-      auto& s = *seq;
+    std::size_t seen = 0;
+    st_.ranks.walk([&](seq_id id) {
+      if (limit != 0 && seen++ == limit)
+        return false;
+      auto& s = *find(id);
       if (s.state != kv_state::queued)
-        continue;
-      if (auto m = find_reusable(s); m && m->slot)
+        return true;
+      if (auto m = find_reusable(s); m && m->slot) {
         take_warm(s, *m);
-    }
+        return any_warm();
+      }
+      return true;
+    });
+  }
+
+  bool any_warm() const {
+    return std::any_of(st_.warm.begin(), st_.warm.end(), [](auto& w) { return w.has_value(); });
   }
 
   // Warm slots go before any live sequence is evicted: for every target
@@ -886,22 +950,11 @@ private:
     return true;
   }
 
-  /// Live sequences, best first.
-  std::vector<sequence*> ranked() const {
-    std::vector<sequence*> live;
-    std::vector<rank_entry> entries;
-    live.reserve(st_.seqs.size());
-    entries.reserve(st_.seqs.size());
-    for (auto& [id, s] : st_.seqs) {
-      if (s->cancelled)
-        continue;
-      live.push_back(s.get());
-      entries.push_back({&s->position, s->client});
-    }
+  /// The best `n` live sequences that are not cancelled, best first.
+  std::vector<sequence*> best_ranked(std::size_t n) const {
     std::vector<sequence*> out;
-    out.reserve(live.size());
-    for (auto i : st_.mlfq.rank(entries))
-      out.push_back(live[i]);
+    for (auto id : st_.ranks.best(n))
+      out.push_back(find(id));
     return out;
   }
 
@@ -967,13 +1020,21 @@ private:
   };
 
   /// Plans slots for the `limit` best ranked sequences (0: all).
+  //
+  // The planner admits only its target set and otherwise looks at residents
+  // (plan_target_size), so it is given the best of the rank index and then
+  // the residents outside them in their rank order: O(slots log n), not a
+  // pass over every live sequence.
   void plan_slots(std::size_t limit = 0) {
     expire_idle();
-    auto order = ranked();
-    if (limit != 0 && order.size() > limit)
-      order.resize(limit);
-    take_warm_hits(order);
+    const auto spare_slots = st_.rules.keeps_spare ? st_.spare : 0;
+    const auto target = plan_target_size(st_.info.slots, spare_slots, st_.rules.preempts);
+    auto order = best_ranked(limit != 0 ? std::min(limit, target) : target);
+    take_warm_hits(limit);
     reclaim_warm(order);
+    if (limit == 0)
+      for (auto* s : residents_in_rank_order(order))
+        order.push_back(s);
     std::vector<slot_candidate> candidates;
     candidates.reserve(order.size());
     for (auto* s : order) {
@@ -992,15 +1053,30 @@ private:
     in.owners = owners;
     in.dumping = slots_being_freed() + st_.retained_dumps_in_flight;
     in.transfers_pending = transfers_pending();
-    in.spare_slots = st_.rules.keeps_spare ? st_.spare : 0;
+    in.spare_slots = spare_slots;
     in.preemptive = st_.rules.preempts;
     planned_actions actions{*this};
     actors::plan_slots(in, actions);
   }
 
+  /// Resident sequences that are ranked but not in `top`, best first.
+  std::vector<sequence*> residents_in_rank_order(const std::vector<sequence*>& top) const {
+    std::vector<seq_id> ids;
+    for (auto* s : slot_holders())
+      if (s->state == kv_state::resident && !s->cancelled
+          && std::find(top.begin(), top.end(), s) == top.end())
+        ids.push_back(s->id);
+    st_.ranks.sort(ids);
+    std::vector<sequence*> out;
+    for (auto id : ids)
+      out.push_back(find(id));
+    return out;
+  }
+
+  /// Dumps under way hold their slots: a pass over the slots.
   std::uint32_t slots_being_freed() const {
     std::uint32_t n = 0;
-    for (auto& [id, s] : st_.seqs)
+    for (auto* s : slot_holders())
       n += s->state == kv_state::dumping;
     return n;
   }
@@ -1114,7 +1190,8 @@ private:
     // A retry runs the failed step's rows again, an isolation step one of them.
     const bool only_listed = next.what != next_step::kind::compose;
     std::vector<step_candidate> candidates;
-    for (auto& [id, s] : st_.seqs) {
+    for (auto* s : slot_holders()) {
+      const auto id = s->id;
       if (s->state != kv_state::resident || s->cancelled || s->in_step)
         continue;
       if (only_listed && std::find(next.rows.begin(), next.rows.end(), id) == next.rows.end())
@@ -1245,7 +1322,7 @@ private:
     if (st_.faults.health() != device_health::failing || st_.step_in_flight
         || st_.faults.next(clock::now()).what == next_step::kind::wait)
       return false;
-    for (auto& [id, s] : st_.seqs)
+    for (auto* s : slot_holders())
       if (s->state == kv_state::resident || s->state == kv_state::loading)
         return false;
     return true;
@@ -1304,6 +1381,7 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   st.fallback = placement.fallback;
   st.serialized = placement.on_compute_lane;
   st.mlfq = mlfq_policy{{st.rules.order, placement.long_quanta, st.info.max_prefill_chunk}, {}};
+  st.ranks = rank_index{st.rules.order};
   apply_policy(st, setup.policy);
   if (st.fallback)
     st.log->info("model '{}': backend cannot overlap transfers with compute; "
