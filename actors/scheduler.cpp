@@ -18,6 +18,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -32,6 +33,16 @@ using actors::scheduler_mode;
 /// extends them past the last full block), so the block only sets the
 /// shortest findable prefix and the index's size (one key per 16 tokens).
 constexpr std::uint32_t reuse_block_tokens = 16;
+
+/// The hash of the first reuse block of `tokens`, if they have one. Every
+/// reuse match covers at least that block, so a prompt can only match an
+/// entry with the same head.
+std::optional<std::uint64_t> head_of(std::span<const token_id> tokens) {
+  if (tokens.size() < reuse_block_tokens)
+    return std::nullopt;
+  return std::hash<std::string_view>{}(
+    {reinterpret_cast<const char*>(tokens.data()), reuse_block_tokens * sizeof(token_id)});
+}
 
 /// Stands for "a retained entry" in the owners the slot planner sees.
 constexpr seq_id retained_owner = 0;
@@ -77,6 +88,7 @@ struct sequence {
   std::uint32_t preemptions = 0;
   std::uint32_t reuse_len = 0; ///< loading a retained snapshot: roll back to this length
   std::uint32_t reused = 0;    ///< positions its last admission took from retained KV
+  std::optional<std::uint64_t> head; ///< head_of(prompt): which retained entries it can match
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
 
   explicit sequence(const submission& s)
@@ -99,6 +111,8 @@ struct scheduler_state {
   mlfq_policy mlfq;
   rank_index ranks;   ///< the live sequences that are not cancelled, in rank order
   aging_queue aging;  ///< when waiting sequences return to level 0
+  /// The ranked sequences by (head, id): those that can match a warm entry.
+  std::set<std::pair<std::uint64_t, seq_id>> by_head;
   std::uint32_t max_step_tokens = 0;
   bool batch_prefill_yields = false;
   std::uint32_t spare = 1;
@@ -153,6 +167,7 @@ public:
     seq->position = st_.mlfq.enter(s.priority, seq->prompt_len);
     st_.ranks.insert(seq->id, seq->position, seq->client);
     st_.aging.enter(seq->id, seq->position.level > 0);
+    note_head(*seq);
     ++st_.stats.submitted;
     notify(*seq, seq_phase::queued);
     st_.seqs.emplace(seq->id, std::move(seq));
@@ -230,6 +245,7 @@ public:
         continue;
       }
       s->tokens.push_back(tok);
+      note_head(*s);
       ++s->generated;
       ++st_.stats.tokens_generated;
       if (s->smp.params().logprobs)
@@ -555,14 +571,30 @@ private:
   /// no longer ranked or aged.
   void mark_cancelled(sequence& s) {
     s.cancelled = true;
-    st_.ranks.erase(s.id);
-    st_.aging.leave(s.id);
+    unrank(s);
   }
 
   void erase_sequence(seq_id id) {
-    st_.ranks.erase(id);
-    st_.aging.leave(id);
+    if (auto* s = find(id))
+      unrank(*s);
     st_.seqs.erase(id);
+  }
+
+  /// Files a sequence under its first reuse block once it has one (a short
+  /// prompt gets there by generating).
+  void note_head(sequence& s) {
+    if (s.head || s.cancelled)
+      return;
+    s.head = head_of(s.tokens);
+    if (s.head)
+      st_.by_head.emplace(*s.head, s.id);
+  }
+
+  void unrank(const sequence& s) {
+    st_.ranks.erase(s.id);
+    st_.aging.leave(s.id);
+    if (s.head)
+      st_.by_head.erase({*s.head, s.id});
   }
 
   double hidden_ms(clock::time_point a, clock::time_point b) const {
@@ -773,25 +805,50 @@ private:
   // may preempt (a swap keeps its KV as a parked sequence's, worth more than
   // a retained one's).
   //
-  // Only a warm entry yields such a hit, so the walk down the rank order
-  // stops once no slot is warm (at once when none is). `limit`: look at the
-  // best `limit` sequences only (0: all).
+  // Only a warm entry yields such a hit, and only to a sequence whose first
+  // reuse block is the entry's: those few (by_head) are tried in rank order.
+  // When many share a warm head (a common system prompt), walking the rank
+  // order is cheaper: the first of them is near the front. Either way the
+  // search ends when no slot is warm. `limit`: the best `limit` sequences
+  // only (0: all).
   void take_warm_hits(std::size_t limit) {
     if (st_.reuse.mode == reuse_mode::off || !any_warm())
       return;
-    std::size_t seen = 0;
-    st_.ranks.walk([&](seq_id id) {
-      if (limit != 0 && seen++ == limit)
-        return false;
+    std::vector<std::uint64_t> heads;
+    for (const auto& w : st_.warm)
+      if (w)
+        if (auto h = head_of(st_.retained.tokens(*w)))
+          heads.push_back(*h);
+    constexpr std::size_t few = 64;
+    std::vector<seq_id> candidates;
+    bool many = limit != 0;
+    for (auto h : heads)
+      for (auto it = st_.by_head.lower_bound({h, 0}); !many && it != st_.by_head.end()
+                                                      && it->first == h; ++it)
+        if (find(it->second)->state == kv_state::queued)
+          many = (candidates.push_back(it->second), candidates.size() > few);
+    auto try_one = [&](seq_id id) {
       auto& s = *find(id);
-      if (s.state != kv_state::queued)
+      if (s.state != kv_state::queued || !s.head
+          || std::find(heads.begin(), heads.end(), *s.head) == heads.end())
         return true;
       if (auto m = find_reusable(s); m && m->slot) {
         take_warm(s, *m);
         return any_warm();
       }
       return true;
-    });
+    };
+    if (!many) {
+      std::sort(candidates.begin(), candidates.end());
+      candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+      st_.ranks.sort(candidates);
+      for (auto id : candidates)
+        if (!try_one(id))
+          return;
+      return;
+    }
+    std::size_t seen = 0;
+    st_.ranks.walk([&](seq_id id) { return (limit == 0 || seen++ < limit) && try_one(id); });
   }
 
   bool any_warm() const {
@@ -902,12 +959,12 @@ private:
         }
         continue;
       }
-      for (auto& [id, s] : st_.seqs)
-        if (s->state == kv_state::parked && s->snapshot == e.handle) {
-          ++st_.stats.snapshots_lost;
-          drop_kv(*s);
-          break;
-        }
+      // A sequence's snapshot carries its id (evict), so no search is needed.
+      if (auto* s = find(e.meta.sequence_id);
+          s && s->state == kv_state::parked && s->snapshot == e.handle) {
+        ++st_.stats.snapshots_lost;
+        drop_kv(*s);
+      }
     }
   }
 
