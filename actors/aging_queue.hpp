@@ -7,10 +7,12 @@
 // step: a resident starts waiting anew; any other sequence waits one more
 // step and, once it has waited `aging_steps` while above level 0, returns to
 // level 0. Applying it to every live sequence after every step costs O(n) per
-// step. Here a step is a counter; each sequence keeps the step since which it
-// has waited, so its wait is `now - since`; the sequences above level 0 are
-// ordered by `since`, and the ones due are taken from the front. A step
-// costs O(log n) per resident and per sequence due.
+// step. Here a step is a counter; each waiting sequence keeps the step since
+// which it has waited, so its wait is `now - since`; the waiting sequences
+// above level 0 are ordered by `since`, and the ones due are taken from the
+// front. Residents are not in that order: a step compares its residents with
+// the previous step's, and only a sequence that took or left a slot moves. A
+// step costs O(slots) plus O(log n) per such change and per sequence due.
 //
 // The caller reports what changes a sequence's place here: it arrives or
 // leaves, rises above level 0 (`charge_step` dropped it) or not. Steps are
@@ -57,13 +59,16 @@ public:
 
 private:
   struct wait {
-    std::uint64_t since = 0;
+    std::uint64_t since = 0; ///< while waiting: the last step it was resident (or arrived)
     bool above_top = false;
+    bool resident = false; ///< in a slot at the last step
   };
 
-  void restart(seq_id id, wait& w);
+  /// In the due order: waiting and above level 0.
+  static bool ages(const wait& w) noexcept { return w.above_top && !w.resident; }
 
   std::uint64_t now_ = 0;
+  std::vector<seq_id> residents_; ///< at the last step, sorted
   std::unordered_map<seq_id, wait> waits_;
   std::set<std::pair<std::uint64_t, seq_id>> above_by_since_; ///< (since, id) of those above level 0
 };

@@ -101,6 +101,8 @@ rank_index::rank_key rank_index::rank_key_of(seq_id id) const {
 }
 
 void rank_index::sort(std::span<seq_id> ids) const {
+  if (ids.size() < 2)
+    return; // the usual case for the residents outside the planner's target
   std::vector<std::pair<rank_key, seq_id>> keyed;
   keyed.reserve(ids.size());
   for (auto id : ids)

@@ -562,7 +562,10 @@ private:
 
   /// Charges a step the sequence ran in; it may drop a level and take a new turn.
   void charge_step(sequence& s) {
+    const auto before = s.position;
     st_.mlfq.charge_step(s.position);
+    if (s.position.level == before.level && s.position.turn == before.turn)
+      return; // most steps: same place
     st_.ranks.update(s.id, s.position);
     st_.aging.set_above_top(s.id, s.position.level > 0);
   }

@@ -18,10 +18,15 @@
 // Each figure is the best of --repeat runs (the machine is shared and noisy).
 //
 //   kvlane-schedbench [--sizes 100,1000,10000] [--events 3000] [--repeat 3] [--slots 16]
-//                     [--clients 50]
+//                     [--clients 50] [--quantum 64] [--aging 2048]
+//
+// --quantum and --aging set the [scheduler] knobs quantum_steps and
+// aging_steps (default: the daemon's defaults). With a short aging period
+// most waiting sequences return to level 0 during the run, each a re-key.
 
 #include "actors/aging_queue.hpp"
 #include "actors/mlfq_policy.hpp"
+#include "actors/policy.hpp"
 #include "actors/rank_index.hpp"
 #include "actors/slot_planner.hpp"
 #include "actors/step_composer.hpp"
@@ -49,6 +54,8 @@ struct options {
   std::size_t repeat = 3; ///< each figure is the best of this many runs
   std::uint32_t slots = 16;
   std::uint32_t clients = 50;
+  /// The daemon's default [scheduler] knobs (etc/kvlane.toml) unless set.
+  scheduler_policy knobs{};
 };
 
 struct live_sequence {
@@ -66,7 +73,8 @@ struct live_sequence {
 class model {
 public:
   model(const options& opt)
-    : policy_({rank_order::mlfq, false, 32}, {quantum_steps, 4, aging_steps}),
+    : knobs(opt.knobs), policy_({rank_order::mlfq, false, prefill_chunk},
+                                {knobs.quantum_steps, knobs.levels, knobs.aging_steps}),
       ranks_(rank_order::mlfq), owners_(opt.slots), clients_(opt.clients) {}
 
   void submit() {
@@ -107,13 +115,16 @@ public:
       if (!owner)
         continue;
       auto& s = find(*owner);
-      s.kv_len = std::min(s.kv_len + 32, s.length);
+      s.kv_len = std::min(s.kv_len + prefill_chunk, s.length);
+      const auto before = s.position;
       policy_.charge_step(s.position);
-      ranks_.update(s.id, s.position);
-      aging_.set_above_top(s.id, s.position.level > 0);
+      if (s.position.level != before.level || s.position.turn != before.turn) {
+        ranks_.update(s.id, s.position);
+        aging_.set_above_top(s.id, s.position.level > 0);
+      }
       residents.push_back(s.id);
     }
-    for (auto id : aging_.step(residents, aging_steps)) {
+    for (auto id : aging_.step(residents, knobs.aging_steps)) {
       auto& s = find(id);
       mlfq_policy::return_to_top(s.position);
       ranks_.update(id, s.position);
@@ -123,7 +134,7 @@ public:
   /// The round the actor runs after an event. Returns the rows composed, so
   /// the work cannot be optimized away.
   std::size_t decide() {
-    const auto target = plan_target_size(owners_.size(), spare_slots, true);
+    const auto target = plan_target_size(owners_.size(), knobs.spare_slots, true);
     auto order = ranks_.best(target);
     std::vector<seq_id> others;
     std::uint32_t dumping = 0;
@@ -148,7 +159,7 @@ public:
     in.ranked = candidates;
     in.owners = owners_;
     in.dumping = dumping;
-    in.spare_slots = spare_slots;
+    in.spare_slots = knobs.spare_slots;
     actions act{*this};
     plan_slots(in, act);
 
@@ -160,7 +171,7 @@ public:
       if (s.state == kv_state::resident && s.kv_len < s.length)
         residents.push_back({s.id, &s.position, s.kv_len, s.length});
     }
-    return compose_step(residents, {0, 32}).size() + order.size();
+    return compose_step(residents, {knobs.max_step_tokens, prefill_chunk}).size() + order.size();
   }
 
   std::size_t size() const noexcept { return seqs_.size(); }
@@ -189,9 +200,9 @@ private:
 
   live_sequence& find(seq_id id) { return seqs_[index_.at(id)]; }
 
-  static constexpr std::uint32_t quantum_steps = 4;
-  static constexpr std::uint32_t aging_steps = 64;
-  static constexpr std::uint32_t spare_slots = 1;
+  static constexpr std::uint32_t prefill_chunk = 32;
+
+  scheduler_policy knobs;
 
   mlfq_policy policy_;
   rank_index ranks_;
@@ -231,7 +242,7 @@ std::optional<std::uint64_t> parse_count(std::string_view text) {
 int usage(std::string_view why) {
   fmt::print(stderr,
              "kvlane-schedbench: {}\nusage: kvlane-schedbench [--sizes N,N,...] [--events N] "
-             "[--repeat N] [--slots N] [--clients N]\n",
+             "[--repeat N] [--slots N] [--clients N] [--quantum N] [--aging N]\n",
              why);
   return 2;
 }
@@ -262,6 +273,10 @@ int main(int argc, char** argv) {
       opt.slots = static_cast<std::uint32_t>(*n);
     } else if (arg == "--clients") {
       opt.clients = static_cast<std::uint32_t>(*n);
+    } else if (arg == "--quantum") {
+      opt.knobs.quantum_steps = static_cast<std::uint32_t>(*n);
+    } else if (arg == "--aging") {
+      opt.knobs.aging_steps = static_cast<std::uint32_t>(*n);
     } else {
       return usage(fmt::format("unknown option {}", arg));
     }
