@@ -73,7 +73,7 @@ void rank_index::remove(seq_id id, const member& m) {
     g.by_first.erase({mk, &members});
   members.erase(mk);
   if (members.empty()) {
-    g.clients.erase(m.client->first);
+    g.clients.erase(g.clients.find(m.client->first)); // by iterator: the key lives in the node
     if (g.clients.empty())
       groups_.erase(git);
     return;
