@@ -19,9 +19,11 @@ std::string_view rank_index::bucket_of(std::string_view client) const noexcept {
 }
 
 bool rank_index::insert(seq_id id, const mlfq_position& position, std::string_view client) {
-  if (members_.contains(id))
+  auto [it, added] = members_.try_emplace(id);
+  if (!added)
     return false;
-  place(id, key_of(position), position.turn, bucket_of(client));
+  it->second.id = id;
+  place(it->second, key_of(position), position.turn, bucket_of(client));
   return true;
 }
 
@@ -29,7 +31,7 @@ bool rank_index::erase(seq_id id) {
   auto it = members_.find(id);
   if (it == members_.end())
     return false;
-  remove(id, it->second);
+  remove(it->second);
   members_.erase(it);
   return true;
 }
@@ -41,33 +43,40 @@ bool rank_index::update(seq_id id, const mlfq_position& position) {
   const auto key = key_of(position);
   if (it->second.key == key && it->second.turn == position.turn)
     return true;
-  const std::string client = it->second.client->first; // outlives the removal
-  remove(id, it->second);
-  members_.erase(it);
-  place(id, key, position.turn, client);
+  auto& m = it->second;
+  // The client's name lives in its queue's node, which remove() erases when
+  // this was its only member: keep a copy then.
+  std::string kept;
+  std::string_view client = m.client->first;
+  if (m.client->second.size() == 1)
+    client = kept = m.client->first;
+  remove(m);
+  place(m, key, position.turn, client);
   return true;
 }
 
-void rank_index::place(seq_id id, group_key key, std::uint64_t turn, std::string_view client) {
+void rank_index::place(member& m, group_key key, std::uint64_t turn, std::string_view client) {
   auto& g = groups_[key];
-  auto c = g.clients.find(std::string{client});
+  auto c = g.clients.find(client);
   if (c == g.clients.end())
     c = g.clients.emplace(std::string{client}, member_tree{}).first;
   auto& members = c->second;
-  const member_key mk{turn, id};
+  const member_key mk{turn, m.id};
   if (!members.empty() && mk < *members.begin())
     g.by_first.erase({*members.begin(), &members});
   members.insert(mk);
   if (*members.begin() == mk)
     g.by_first.emplace(mk, &members);
-  members_.emplace(id, member{key, turn, &*c});
+  m.key = key;
+  m.turn = turn;
+  m.client = &*c;
 }
 
-void rank_index::remove(seq_id id, const member& m) {
+void rank_index::remove(const member& m) {
   auto git = groups_.find(m.key);
   auto& g = git->second;
   auto& members = m.client->second;
-  const member_key mk{m.turn, id};
+  const member_key mk{m.turn, m.id};
   const bool was_first = *members.begin() == mk;
   if (was_first)
     g.by_first.erase({mk, &members});

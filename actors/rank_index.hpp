@@ -83,8 +83,16 @@ private:
     __gnu_pbds::tree<member_key, __gnu_pbds::null_type, std::less<member_key>,
                      __gnu_pbds::rb_tree_tag, __gnu_pbds::tree_order_statistics_node_update>;
 
+  /// Looks clients up by string_view without building a string.
+  struct client_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+
   struct group {
-    std::unordered_map<std::string, member_tree> clients;
+    std::unordered_map<std::string, member_tree, client_hash, std::equal_to<>> clients;
     /// The clients by their first member: the order of every round.
     std::set<std::pair<member_key, const member_tree*>> by_first;
   };
@@ -93,6 +101,7 @@ private:
     group_key key;
     std::uint64_t turn = 0;
     std::pair<const std::string, member_tree>* client = nullptr; ///< stable: a node of `clients`
+    seq_id id = 0;
   };
 
   /// The full sort key of a member: (group, round, its client's first member).
@@ -105,8 +114,10 @@ private:
 
   group_key key_of(const mlfq_position& p) const noexcept;
   std::string_view bucket_of(std::string_view client) const noexcept;
-  void place(seq_id id, group_key key, std::uint64_t turn, std::string_view client);
-  void remove(seq_id id, const member& m);
+  /// Files `m` (its id set) under `key`, `turn` and `client`.
+  void place(member& m, group_key key, std::uint64_t turn, std::string_view client);
+  /// Takes `m` out of its group; `m` itself stays in members_.
+  void remove(const member& m);
   rank_key rank_key_of(seq_id id) const;
 
   rank_order order_;
