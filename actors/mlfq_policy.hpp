@@ -84,6 +84,9 @@ public:
   /// Called for every live sequence after each successful step: one that
   /// holds no slot waits one more step and, after `aging_steps`, returns to
   /// level 0 (keeping its turn); one that holds a slot starts waiting anew.
+  /// The rule for one sequence; the scheduler applies it through
+  /// `aging_queue`, which finds the sequences due without visiting the rest
+  /// (and keeps their waits itself, not in `waited_steps`).
   void age(mlfq_position& p, bool resident) const noexcept;
 
   /// Whether `age` does anything: aging_steps > 0 and the mlfq order.

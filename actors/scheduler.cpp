@@ -1,7 +1,7 @@
 #include "actors/scheduler.hpp"
 
-#include "actors/cost_model.hpp"
 #include "actors/aging_queue.hpp"
+#include "actors/cost_model.hpp"
 #include "actors/exception_handler.hpp"
 #include "actors/fault_policy.hpp"
 #include "actors/lane.hpp"
@@ -822,18 +822,25 @@ private:
       if (w)
         if (auto h = head_of(st_.retained.tokens(*w)))
           heads.push_back(*h);
+    std::sort(heads.begin(), heads.end());
+    heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+    // The queued sequences with a warm head, unless there are more than `few`.
     constexpr std::size_t few = 64;
     std::vector<seq_id> candidates;
     bool many = limit != 0;
-    for (auto h : heads)
-      for (auto it = st_.by_head.lower_bound({h, 0}); !many && it != st_.by_head.end()
-                                                      && it->first == h; ++it)
-        if (find(it->second)->state == kv_state::queued)
-          many = (candidates.push_back(it->second), candidates.size() > few);
+    for (auto h : heads) {
+      for (auto it = st_.by_head.lower_bound({h, 0});
+           !many && it != st_.by_head.end() && it->first == h; ++it) {
+        if (find(it->second)->state != kv_state::queued)
+          continue;
+        candidates.push_back(it->second);
+        many = candidates.size() > few;
+      }
+    }
     auto try_one = [&](seq_id id) {
       auto& s = *find(id);
       if (s.state != kv_state::queued || !s.head
-          || std::find(heads.begin(), heads.end(), *s.head) == heads.end())
+          || !std::binary_search(heads.begin(), heads.end(), *s.head))
         return true;
       if (auto m = find_reusable(s); m && m->slot) {
         take_warm(s, *m);
@@ -842,9 +849,7 @@ private:
       return true;
     };
     if (!many) {
-      std::sort(candidates.begin(), candidates.end());
-      candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
-      st_.ranks.sort(candidates);
+      st_.ranks.sort(candidates); // distinct: one head per sequence
       for (auto id : candidates)
         if (!try_one(id))
           return;
