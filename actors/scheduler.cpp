@@ -18,6 +18,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include <algorithm>
+#include <array>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
@@ -113,6 +114,9 @@ struct scheduler_state {
   aging_queue aging;  ///< when waiting sequences return to level 0
   /// The ranked sequences by (head, id): those that can match a warm entry.
   std::set<std::pair<std::uint64_t, seq_id>> by_head;
+  /// Live sequences (cancelled ones too) by [kv_state][priority_class]: the
+  /// statistics, polled every 100 ms, without a pass over the sequences.
+  std::array<std::array<std::uint32_t, 2>, 5> counts{};
   std::uint32_t max_step_tokens = 0;
   bool batch_prefill_yields = false;
   std::uint32_t spare = 1;
@@ -168,6 +172,7 @@ public:
     st_.ranks.insert(seq->id, seq->position, seq->client);
     st_.aging.enter(seq->id, seq->position.level > 0);
     note_head(*seq);
+    count(*seq, +1);
     ++st_.stats.submitted;
     notify(*seq, seq_phase::queued);
     st_.seqs.emplace(seq->id, std::move(seq));
@@ -450,18 +455,17 @@ public:
     out.slots = st_.info.slots;
     for (auto& o : st_.slot_owner)
       out.slots_busy += o.has_value();
-    for (auto& [id, s] : st_.seqs) {
-      switch (s->state) {
-        case kv_state::queued: ++out.queued; break;
-        case kv_state::resident: ++out.resident; break;
-        case kv_state::parked: ++out.parked; break;
-        case kv_state::loading: ++out.loading; break;
-        case kv_state::dumping: ++out.dumping; break;
-      }
-      if (s->state == kv_state::queued || s->state == kv_state::parked)
-        ++(s->position.cls == priority_class::interactive ? out.without_slot_interactive
-                                                          : out.without_slot_batch);
-    }
+    auto in_state = [&](kv_state k) { return counts_of(k)[0] + counts_of(k)[1]; };
+    out.queued = in_state(kv_state::queued);
+    out.resident = in_state(kv_state::resident);
+    out.parked = in_state(kv_state::parked);
+    out.loading = in_state(kv_state::loading);
+    out.dumping = in_state(kv_state::dumping);
+    const auto interactive = static_cast<std::size_t>(priority_class::interactive);
+    const auto batch = static_cast<std::size_t>(priority_class::batch);
+    out.without_slot_interactive =
+      counts_of(kv_state::queued)[interactive] + counts_of(kv_state::parked)[interactive];
+    out.without_slot_batch = counts_of(kv_state::queued)[batch] + counts_of(kv_state::parked)[batch];
     auto full = st_.info.caps.extent == backends::snapshot_extent::full_slot
                   ? st_.info.snapshot_bytes
                   : st_.info.bytes_per_token * st_.info.max_context;
@@ -578,8 +582,10 @@ private:
   }
 
   void erase_sequence(seq_id id) {
-    if (auto* s = find(id))
+    if (auto* s = find(id)) {
       unrank(*s);
+      count(*s, -1);
+    }
     st_.seqs.erase(id);
   }
 
@@ -620,8 +626,20 @@ private:
       st_.setup.observer(st_.setup.model, s.id, phase);
   }
 
+  const std::array<std::uint32_t, 2>& counts_of(kv_state k) const {
+    return st_.counts[static_cast<std::size_t>(k)];
+  }
+
+  /// Adds (+1) or removes (-1) `s` from the counts under its current state.
+  void count(const sequence& s, int delta) {
+    auto& n = st_.counts[static_cast<std::size_t>(s.state)][static_cast<std::size_t>(s.position.cls)];
+    n = delta > 0 ? n + 1 : n - 1;
+  }
+
   void set_state(sequence& s, kv_state state) {
+    count(s, -1);
     s.state = state;
+    count(s, +1);
     notify(s, phase_of(state));
   }
 
