@@ -171,7 +171,8 @@ public:
       if (s.state == kv_state::resident && s.kv_len < s.length)
         residents.push_back({s.id, &s.position, s.kv_len, s.length});
     }
-    return compose_step(residents, {knobs.max_step_tokens, prefill_chunk}).size() + order.size();
+    const step_limits limits{knobs.max_step_tokens, prefill_chunk, knobs.batch_prefill_yields};
+    return compose_step(residents, limits).size() + order.size();
   }
 
   std::size_t size() const noexcept { return seqs_.size(); }
