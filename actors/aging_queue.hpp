@@ -70,7 +70,8 @@ private:
   std::uint64_t now_ = 0;
   std::vector<seq_id> residents_; ///< at the last step, sorted
   std::unordered_map<seq_id, wait> waits_;
-  std::set<std::pair<std::uint64_t, seq_id>> above_by_since_; ///< (since, id) of those above level 0
+  /// (since, id) of the waiting sequences above level 0, longest waiting first.
+  std::set<std::pair<std::uint64_t, seq_id>> above_by_since_;
 };
 
 } // namespace kvlane::actors

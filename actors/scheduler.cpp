@@ -465,7 +465,8 @@ public:
     const auto batch = static_cast<std::size_t>(priority_class::batch);
     out.without_slot_interactive =
       counts_of(kv_state::queued)[interactive] + counts_of(kv_state::parked)[interactive];
-    out.without_slot_batch = counts_of(kv_state::queued)[batch] + counts_of(kv_state::parked)[batch];
+    out.without_slot_batch =
+      counts_of(kv_state::queued)[batch] + counts_of(kv_state::parked)[batch];
     auto full = st_.info.caps.extent == backends::snapshot_extent::full_slot
                   ? st_.info.snapshot_bytes
                   : st_.info.bytes_per_token * st_.info.max_context;
@@ -632,7 +633,9 @@ private:
 
   /// Adds (+1) or removes (-1) `s` from the counts under its current state.
   void count(const sequence& s, int delta) {
-    auto& n = st_.counts[static_cast<std::size_t>(s.state)][static_cast<std::size_t>(s.position.cls)];
+    const auto state = static_cast<std::size_t>(s.state);
+    const auto cls = static_cast<std::size_t>(s.position.cls);
+    auto& n = st_.counts[state][cls];
     n = delta > 0 ? n + 1 : n - 1;
   }
 

@@ -136,7 +136,8 @@ private:
 
 } // namespace
 
-std::size_t plan_target_size(std::size_t slots, std::uint32_t spare_slots, bool preemptive) noexcept {
+std::size_t plan_target_size(std::size_t slots, std::uint32_t spare_slots,
+                             bool preemptive) noexcept {
   if (!preemptive)
     return slots;
   const std::size_t spare = slots == 0 ? 0 : std::min<std::size_t>(spare_slots, slots - 1);

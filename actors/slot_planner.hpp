@@ -92,6 +92,7 @@ void plan_slots(const slot_plan_input& in, slot_actions& actions);
 /// looks only at residents (for victims). So `ranked` may hold just the best
 /// `plan_target_size` sequences followed by the other residents, in their
 /// rank order, and the plan is the same as with every live sequence.
-std::size_t plan_target_size(std::size_t slots, std::uint32_t spare_slots, bool preemptive) noexcept;
+std::size_t plan_target_size(std::size_t slots, std::uint32_t spare_slots,
+                             bool preemptive) noexcept;
 
 } // namespace kvlane::actors

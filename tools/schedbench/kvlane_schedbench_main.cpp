@@ -73,8 +73,8 @@ struct live_sequence {
 class model {
 public:
   model(const options& opt)
-    : knobs(opt.knobs), policy_({rank_order::mlfq, false, prefill_chunk},
-                                {knobs.quantum_steps, knobs.levels, knobs.aging_steps}),
+    : knobs_(opt.knobs), policy_({rank_order::mlfq, false, prefill_chunk},
+                                {knobs_.quantum_steps, knobs_.levels, knobs_.aging_steps}),
       ranks_(rank_order::mlfq), owners_(opt.slots), clients_(opt.clients) {}
 
   void submit() {
@@ -124,7 +124,7 @@ public:
       }
       residents.push_back(s.id);
     }
-    for (auto id : aging_.step(residents, knobs.aging_steps)) {
+    for (auto id : aging_.step(residents, knobs_.aging_steps)) {
       auto& s = find(id);
       mlfq_policy::return_to_top(s.position);
       ranks_.update(id, s.position);
@@ -134,7 +134,7 @@ public:
   /// The round the actor runs after an event. Returns the rows composed, so
   /// the work cannot be optimized away.
   std::size_t decide() {
-    const auto target = plan_target_size(owners_.size(), knobs.spare_slots, true);
+    const auto target = plan_target_size(owners_.size(), knobs_.spare_slots, true);
     auto order = ranks_.best(target);
     std::vector<seq_id> others;
     std::uint32_t dumping = 0;
@@ -143,7 +143,8 @@ public:
         continue;
       auto& s = find(*owner);
       dumping += s.state == kv_state::dumping;
-      if (s.state == kv_state::resident && std::find(order.begin(), order.end(), s.id) == order.end())
+      if (s.state == kv_state::resident
+          && std::find(order.begin(), order.end(), s.id) == order.end())
         others.push_back(s.id);
     }
     ranks_.sort(others);
@@ -159,7 +160,7 @@ public:
     in.ranked = candidates;
     in.owners = owners_;
     in.dumping = dumping;
-    in.spare_slots = knobs.spare_slots;
+    in.spare_slots = knobs_.spare_slots;
     actions act{*this};
     plan_slots(in, act);
 
@@ -171,7 +172,7 @@ public:
       if (s.state == kv_state::resident && s.kv_len < s.length)
         residents.push_back({s.id, &s.position, s.kv_len, s.length});
     }
-    const step_limits limits{knobs.max_step_tokens, prefill_chunk, knobs.batch_prefill_yields};
+    const step_limits limits{knobs_.max_step_tokens, prefill_chunk, knobs_.batch_prefill_yields};
     return compose_step(residents, limits).size() + order.size();
   }
 
@@ -203,7 +204,7 @@ private:
 
   static constexpr std::uint32_t prefill_chunk = 32;
 
-  scheduler_policy knobs;
+  scheduler_policy knobs_;
 
   mlfq_policy policy_;
   rank_index ranks_;

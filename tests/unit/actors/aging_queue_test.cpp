@@ -29,7 +29,9 @@ void check_random_history(std::uint32_t aging_steps, std::uint64_t seed) {
   CAPTURE(seed);
   CAPTURE(aging_steps);
   std::mt19937_64 rng{seed};
-  auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>{0, n - 1}(rng); };
+  auto pick = [&](std::size_t n) {
+    return std::uniform_int_distribution<std::size_t>{0, n - 1}(rng);
+  };
   // Two policies fed the same calls hand out the same turns.
   mlfq_policy policy{{rank_order::mlfq, false, chunk}, {1, 4, aging_steps}};
   mlfq_policy tracked_policy = policy;

@@ -95,7 +95,9 @@ void check_random_history(rank_order order, std::uint64_t seed) {
   CAPTURE(seed);
   CAPTURE(static_cast<int>(order));
   std::mt19937_64 rng{seed};
-  auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>{0, n - 1}(rng); };
+  auto pick = [&](std::size_t n) {
+    return std::uniform_int_distribution<std::size_t>{0, n - 1}(rng);
+  };
   model m{order, {1, 4, 0}};
   const std::vector<std::string> clients{"a", "b", "c", "d", "e"};
   for (int op = 0; op < 600; ++op) {

@@ -216,7 +216,9 @@ TEST_CASE("slot_planner: recompute mode's input (no spare, recompute victims) gi
 TEST_CASE("slot_planner: the best plan_target_size ranked sequences plus the other residents "
           "plan the same as every live sequence") {
   std::mt19937_64 rng{20261201};
-  auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>{0, n - 1}(rng); };
+  auto pick = [&](std::size_t n) {
+    return std::uniform_int_distribution<std::size_t>{0, n - 1}(rng);
+  };
   for (int round = 0; round < 2000; ++round) {
     CAPTURE(round);
     planning_round all;
@@ -235,7 +237,9 @@ TEST_CASE("slot_planner: the best plan_target_size ranked sequences plus the oth
       if (kind >= 2 && !free_slots.empty()) {
         c.slot = free_slots.back();
         free_slots.pop_back();
-        c.state = kind == 2 ? kv_state::dumping : kind == 3 ? kv_state::loading : kv_state::resident;
+        c.state = kind == 2   ? kv_state::dumping
+                  : kind == 3 ? kv_state::loading
+                              : kv_state::resident;
         c.in_step = c.state == kv_state::resident && pick(3) == 0;
         all.dumping += c.state == kv_state::dumping;
       } else if (kind == 1) {
