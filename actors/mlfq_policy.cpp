@@ -60,17 +60,24 @@ void mlfq_policy::charge_step(mlfq_position& p) noexcept {
 }
 
 void mlfq_policy::age(mlfq_position& p, bool resident) const noexcept {
-  if (knobs_.aging_steps == 0 || setup_.order != rank_order::mlfq)
+  if (!ages())
     return;
   if (resident) {
     p.waited_steps = 0;
     return;
   }
-  if (++p.waited_steps >= knobs_.aging_steps && p.level > 0) {
-    p.level = 0;
-    p.quantum_used = 0;
-    p.waited_steps = 0;
-  }
+  if (++p.waited_steps >= knobs_.aging_steps && p.level > 0)
+    return_to_top(p);
+}
+
+bool mlfq_policy::ages() const noexcept {
+  return knobs_.aging_steps != 0 && setup_.order == rank_order::mlfq;
+}
+
+void mlfq_policy::return_to_top(mlfq_position& p) noexcept {
+  p.level = 0;
+  p.quantum_used = 0;
+  p.waited_steps = 0;
 }
 
 std::vector<std::size_t> mlfq_policy::rank(std::span<const rank_entry> entries) const {

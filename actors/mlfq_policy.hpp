@@ -84,7 +84,17 @@ public:
   /// Called for every live sequence after each successful step: one that
   /// holds no slot waits one more step and, after `aging_steps`, returns to
   /// level 0 (keeping its turn); one that holds a slot starts waiting anew.
+  /// The rule for one sequence; the scheduler applies it through
+  /// `aging_queue`, which finds the sequences due without visiting the rest
+  /// (and keeps their waits itself, not in `waited_steps`).
   void age(mlfq_position& p, bool resident) const noexcept;
+
+  /// Whether `age` does anything: aging_steps > 0 and the mlfq order.
+  bool ages() const noexcept;
+
+  /// What aging does to a sequence that waited long enough: back to level 0,
+  /// its quantum unused, keeping its turn.
+  static void return_to_top(mlfq_position& p) noexcept;
 
   /// Indices into `entries`, best first: by turn (arrival), by (class, turn)
   /// (priority), or by (class, level, turn) (mlfq) with clients interleaved round-robin inside each

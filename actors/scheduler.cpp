@@ -1,11 +1,13 @@
 #include "actors/scheduler.hpp"
 
+#include "actors/aging_queue.hpp"
 #include "actors/cost_model.hpp"
 #include "actors/exception_handler.hpp"
 #include "actors/fault_policy.hpp"
 #include "actors/lane.hpp"
 #include "actors/mlfq_policy.hpp"
 #include "actors/overlap_meter.hpp"
+#include "actors/rank_index.hpp"
 #include "actors/retention.hpp"
 #include "actors/slot_planner.hpp"
 #include "actors/step_composer.hpp"
@@ -16,6 +18,8 @@
 #include <caf/stateful_actor.hpp>
 
 #include <algorithm>
+#include <array>
+#include <set>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -30,6 +34,16 @@ using actors::scheduler_mode;
 /// extends them past the last full block), so the block only sets the
 /// shortest findable prefix and the index's size (one key per 16 tokens).
 constexpr std::uint32_t reuse_block_tokens = 16;
+
+/// The hash of the first reuse block of `tokens`, if they have one. Every
+/// reuse match covers at least that block, so a prompt can only match an
+/// entry with the same head.
+std::optional<std::uint64_t> head_of(std::span<const token_id> tokens) {
+  if (tokens.size() < reuse_block_tokens)
+    return std::nullopt;
+  return std::hash<std::string_view>{}(
+    {reinterpret_cast<const char*>(tokens.data()), reuse_block_tokens * sizeof(token_id)});
+}
 
 /// Stands for "a retained entry" in the owners the slot planner sees.
 constexpr seq_id retained_owner = 0;
@@ -75,6 +89,7 @@ struct sequence {
   std::uint32_t preemptions = 0;
   std::uint32_t reuse_len = 0; ///< loading a retained snapshot: roll back to this length
   std::uint32_t reused = 0;    ///< positions its last admission took from retained KV
+  std::optional<std::uint64_t> head; ///< head_of(prompt): which retained entries it can match
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
 
   explicit sequence(const submission& s)
@@ -95,6 +110,13 @@ struct scheduler_state {
   bool serialized = false; ///< transfers share the compute lane (sync, or no overlap)
   bool fallback = false;   ///< overlap mode on a backend that cannot overlap
   mlfq_policy mlfq;
+  rank_index ranks;   ///< the live sequences that are not cancelled, in rank order
+  aging_queue aging;  ///< when waiting sequences return to level 0
+  /// The ranked sequences by (head, id): those that can match a warm entry.
+  std::set<std::pair<std::uint64_t, seq_id>> by_head;
+  /// Live sequences (cancelled ones too) by [kv_state][priority_class]: the
+  /// statistics, polled every 100 ms, without a pass over the sequences.
+  std::array<std::array<std::uint32_t, 2>, 5> counts{};
   std::uint32_t max_step_tokens = 0;
   bool batch_prefill_yields = false;
   std::uint32_t spare = 1;
@@ -147,6 +169,10 @@ public:
     auto seq = std::make_unique<sequence>(s);
     seq->session = s.session;
     seq->position = st_.mlfq.enter(s.priority, seq->prompt_len);
+    st_.ranks.insert(seq->id, seq->position, seq->client);
+    st_.aging.enter(seq->id, seq->position.level > 0);
+    note_head(*seq);
+    count(*seq, +1);
     ++st_.stats.submitted;
     notify(*seq, seq_phase::queued);
     st_.seqs.emplace(seq->id, std::move(seq));
@@ -167,7 +193,7 @@ public:
         break;
       case kv_state::resident:
         if (s->in_step) {
-          s->cancelled = true;
+          mark_cancelled(*s);
         } else {
           release_slot(*s);
           finish(*s, end_reason::cancelled, std::string{why});
@@ -175,7 +201,7 @@ public:
         break;
       case kv_state::dumping:
       case kv_state::loading:
-        s->cancelled = true; // completed in on_transfer_done
+        mark_cancelled(*s); // completed in on_transfer_done
         break;
     }
     schedule();
@@ -214,7 +240,7 @@ public:
         finish(*s, end_reason::cancelled, "cancelled");
         continue;
       }
-      st_.mlfq.charge_step(s->position);
+      charge_step(*s);
       if (s->kv_len < s->tokens.size())
         continue; // a prefill chunk that is not the last one
       auto tok = s->smp.sample(done.out.row(i));
@@ -224,6 +250,7 @@ public:
         continue;
       }
       s->tokens.push_back(tok);
+      note_head(*s);
       ++s->generated;
       ++st_.stats.tokens_generated;
       if (s->smp.params().logprobs)
@@ -388,11 +415,11 @@ public:
       auto& seq = *s;
       finish_stream(seq, end_reason::cancelled, why);
       if (seq.state == kv_state::dumping || seq.state == kv_state::loading || seq.in_step) {
-        seq.cancelled = true;
+        mark_cancelled(seq);
         seq.session = {};
       } else {
         notify(seq, seq_phase::ended);
-        st_.seqs.erase(id);
+        erase_sequence(id);
       }
     }
   }
@@ -428,18 +455,18 @@ public:
     out.slots = st_.info.slots;
     for (auto& o : st_.slot_owner)
       out.slots_busy += o.has_value();
-    for (auto& [id, s] : st_.seqs) {
-      switch (s->state) {
-        case kv_state::queued: ++out.queued; break;
-        case kv_state::resident: ++out.resident; break;
-        case kv_state::parked: ++out.parked; break;
-        case kv_state::loading: ++out.loading; break;
-        case kv_state::dumping: ++out.dumping; break;
-      }
-      if (s->state == kv_state::queued || s->state == kv_state::parked)
-        ++(s->position.cls == priority_class::interactive ? out.without_slot_interactive
-                                                          : out.without_slot_batch);
-    }
+    auto in_state = [&](kv_state k) { return counts_of(k)[0] + counts_of(k)[1]; };
+    out.queued = in_state(kv_state::queued);
+    out.resident = in_state(kv_state::resident);
+    out.parked = in_state(kv_state::parked);
+    out.loading = in_state(kv_state::loading);
+    out.dumping = in_state(kv_state::dumping);
+    const auto interactive = static_cast<std::size_t>(priority_class::interactive);
+    const auto batch = static_cast<std::size_t>(priority_class::batch);
+    out.without_slot_interactive =
+      counts_of(kv_state::queued)[interactive] + counts_of(kv_state::parked)[interactive];
+    out.without_slot_batch =
+      counts_of(kv_state::queued)[batch] + counts_of(kv_state::parked)[batch];
     auto full = st_.info.caps.extent == backends::snapshot_extent::full_slot
                   ? st_.info.snapshot_bytes
                   : st_.info.bytes_per_token * st_.info.max_context;
@@ -505,14 +532,79 @@ public:
 private:
   // -- helpers -------------------------------------------------------------------
 
-  sequence* find(seq_id id) {
+  sequence* find(seq_id id) const {
     auto it = st_.seqs.find(id);
     return it == st_.seqs.end() ? nullptr : it->second.get();
   }
 
+  /// `mlfq_policy::age` for every live sequence after a successful step,
+  /// carried out by the aging queue: O(slots) plus the sequences it lifts.
   void age_waiting() {
-    for (auto& [id, s] : st_.seqs)
-      st_.mlfq.age(s->position, s->state == kv_state::resident);
+    if (!st_.mlfq.ages())
+      return;
+    std::vector<seq_id> residents;
+    for (auto* s : slot_holders())
+      if (s->state == kv_state::resident)
+        residents.push_back(s->id);
+    for (auto id : st_.aging.step(residents, st_.mlfq.knobs().aging_steps)) {
+      auto* s = find(id);
+      if (!s)
+        continue;
+      mlfq_policy::return_to_top(s->position);
+      st_.ranks.update(id, s->position);
+    }
+  }
+
+  /// The sequences that hold a slot (resident, dumping or loading), by slot.
+  std::vector<sequence*> slot_holders() const {
+    std::vector<sequence*> out;
+    for (const auto& owner : st_.slot_owner)
+      if (owner)
+        if (auto* s = find(*owner))
+          out.push_back(s);
+    return out;
+  }
+
+  /// Charges a step the sequence ran in; it may drop a level and take a new turn.
+  void charge_step(sequence& s) {
+    const auto before = s.position;
+    st_.mlfq.charge_step(s.position);
+    if (s.position.level == before.level && s.position.turn == before.turn)
+      return; // most steps: same place
+    st_.ranks.update(s.id, s.position);
+    st_.aging.set_above_top(s.id, s.position.level > 0);
+  }
+
+  /// A cancelled sequence stays until the lane working on it replies, but is
+  /// no longer ranked or aged.
+  void mark_cancelled(sequence& s) {
+    s.cancelled = true;
+    unrank(s);
+  }
+
+  void erase_sequence(seq_id id) {
+    if (auto* s = find(id)) {
+      unrank(*s);
+      count(*s, -1);
+    }
+    st_.seqs.erase(id);
+  }
+
+  /// Files a sequence under its first reuse block once it has one (a short
+  /// prompt gets there by generating).
+  void note_head(sequence& s) {
+    if (s.head || s.cancelled)
+      return;
+    s.head = head_of(s.tokens);
+    if (s.head)
+      st_.by_head.emplace(*s.head, s.id);
+  }
+
+  void unrank(const sequence& s) {
+    st_.ranks.erase(s.id);
+    st_.aging.leave(s.id);
+    if (s.head)
+      st_.by_head.erase({*s.head, s.id});
   }
 
   double hidden_ms(clock::time_point a, clock::time_point b) const {
@@ -535,8 +627,22 @@ private:
       st_.setup.observer(st_.setup.model, s.id, phase);
   }
 
+  const std::array<std::uint32_t, 2>& counts_of(kv_state k) const {
+    return st_.counts[static_cast<std::size_t>(k)];
+  }
+
+  /// Adds (+1) or removes (-1) `s` from the counts under its current state.
+  void count(const sequence& s, int delta) {
+    const auto state = static_cast<std::size_t>(s.state);
+    const auto cls = static_cast<std::size_t>(s.position.cls);
+    auto& n = st_.counts[state][cls];
+    n = delta > 0 ? n + 1 : n - 1;
+  }
+
   void set_state(sequence& s, kv_state state) {
+    count(s, -1);
     s.state = state;
+    count(s, +1);
     notify(s, phase_of(state));
   }
 
@@ -577,7 +683,7 @@ private:
     finish_stream(s, reason, std::move(message));
     notify(s, seq_phase::ended);
     const auto id = s.id;
-    st_.seqs.erase(id); // `s` dies here
+    erase_sequence(id); // `s` dies here
     forget_faults_of(id);
   }
 
@@ -722,16 +828,60 @@ private:
   // device. One outside the target is then an ordinary resident the planner
   // may preempt (a swap keeps its KV as a parked sequence's, worth more than
   // a retained one's).
-  void take_warm_hits(const std::vector<sequence*>& order) {
-    if (st_.reuse.mode == reuse_mode::off)
+  //
+  // Only a warm entry yields such a hit, and only to a sequence whose first
+  // reuse block is the entry's: those few (by_head) are tried in rank order.
+  // When many share a warm head (a common system prompt), walking the rank
+  // order is cheaper: the first of them is near the front. Either way the
+  // search ends when no slot is warm. `limit`: the best `limit` sequences
+  // only (0: all).
+  void take_warm_hits(std::size_t limit) {
+    if (st_.reuse.mode == reuse_mode::off || !any_warm())
       return;
-    for (auto* seq : order) {
-      auto& s = *seq;
-      if (s.state != kv_state::queued)
-        continue;
-      if (auto m = find_reusable(s); m && m->slot)
-        take_warm(s, *m);
+    std::vector<std::uint64_t> heads;
+    for (const auto& w : st_.warm)
+      if (w)
+        if (auto h = head_of(st_.retained.tokens(*w)))
+          heads.push_back(*h);
+    std::sort(heads.begin(), heads.end());
+    heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+    // The queued sequences with a warm head, unless there are more than `few`.
+    constexpr std::size_t few = 64;
+    std::vector<seq_id> candidates;
+    bool many = limit != 0;
+    for (auto h : heads) {
+      for (auto it = st_.by_head.lower_bound({h, 0});
+           !many && it != st_.by_head.end() && it->first == h; ++it) {
+        if (find(it->second)->state != kv_state::queued)
+          continue;
+        candidates.push_back(it->second);
+        many = candidates.size() > few;
+      }
     }
+    auto try_one = [&](seq_id id) {
+      auto& s = *find(id);
+      if (s.state != kv_state::queued || !s.head
+          || !std::binary_search(heads.begin(), heads.end(), *s.head))
+        return true;
+      if (auto m = find_reusable(s); m && m->slot) {
+        take_warm(s, *m);
+        return any_warm();
+      }
+      return true;
+    };
+    if (!many) {
+      st_.ranks.sort(candidates); // distinct: one head per sequence
+      for (auto id : candidates)
+        if (!try_one(id))
+          return;
+      return;
+    }
+    std::size_t seen = 0;
+    st_.ranks.walk([&](seq_id id) { return (limit == 0 || seen++ < limit) && try_one(id); });
+  }
+
+  bool any_warm() const {
+    return std::any_of(st_.warm.begin(), st_.warm.end(), [](auto& w) { return w.has_value(); });
   }
 
   // Warm slots go before any live sequence is evicted: for every target
@@ -838,12 +988,12 @@ private:
         }
         continue;
       }
-      for (auto& [id, s] : st_.seqs)
-        if (s->state == kv_state::parked && s->snapshot == e.handle) {
-          ++st_.stats.snapshots_lost;
-          drop_kv(*s);
-          break;
-        }
+      // A sequence's snapshot carries its id (evict), so no search is needed.
+      if (auto* s = find(e.meta.sequence_id);
+          s && s->state == kv_state::parked && s->snapshot == e.handle) {
+        ++st_.stats.snapshots_lost;
+        drop_kv(*s);
+      }
     }
   }
 
@@ -886,22 +1036,11 @@ private:
     return true;
   }
 
-  /// Live sequences, best first.
-  std::vector<sequence*> ranked() const {
-    std::vector<sequence*> live;
-    std::vector<rank_entry> entries;
-    live.reserve(st_.seqs.size());
-    entries.reserve(st_.seqs.size());
-    for (auto& [id, s] : st_.seqs) {
-      if (s->cancelled)
-        continue;
-      live.push_back(s.get());
-      entries.push_back({&s->position, s->client});
-    }
+  /// The best `n` live sequences that are not cancelled, best first.
+  std::vector<sequence*> best_ranked(std::size_t n) const {
     std::vector<sequence*> out;
-    out.reserve(live.size());
-    for (auto i : st_.mlfq.rank(entries))
-      out.push_back(live[i]);
+    for (auto id : st_.ranks.best(n))
+      out.push_back(find(id));
     return out;
   }
 
@@ -967,13 +1106,21 @@ private:
   };
 
   /// Plans slots for the `limit` best ranked sequences (0: all).
+  //
+  // The planner admits only its target set and otherwise looks at residents
+  // (plan_target_size), so it is given the best of the rank index and then
+  // the residents outside them in their rank order: O(slots log n), not a
+  // pass over every live sequence.
   void plan_slots(std::size_t limit = 0) {
     expire_idle();
-    auto order = ranked();
-    if (limit != 0 && order.size() > limit)
-      order.resize(limit);
-    take_warm_hits(order);
+    const auto spare_slots = st_.rules.keeps_spare ? st_.spare : 0;
+    const auto target = plan_target_size(st_.info.slots, spare_slots, st_.rules.preempts);
+    auto order = best_ranked(limit != 0 ? std::min(limit, target) : target);
+    take_warm_hits(limit);
     reclaim_warm(order);
+    if (limit == 0)
+      for (auto* s : residents_in_rank_order(order))
+        order.push_back(s);
     std::vector<slot_candidate> candidates;
     candidates.reserve(order.size());
     for (auto* s : order) {
@@ -992,15 +1139,30 @@ private:
     in.owners = owners;
     in.dumping = slots_being_freed() + st_.retained_dumps_in_flight;
     in.transfers_pending = transfers_pending();
-    in.spare_slots = st_.rules.keeps_spare ? st_.spare : 0;
+    in.spare_slots = spare_slots;
     in.preemptive = st_.rules.preempts;
     planned_actions actions{*this};
     actors::plan_slots(in, actions);
   }
 
+  /// Resident sequences that are ranked but not in `top`, best first.
+  std::vector<sequence*> residents_in_rank_order(const std::vector<sequence*>& top) const {
+    std::vector<seq_id> ids;
+    for (auto* s : slot_holders())
+      if (s->state == kv_state::resident && !s->cancelled
+          && std::find(top.begin(), top.end(), s) == top.end())
+        ids.push_back(s->id);
+    st_.ranks.sort(ids);
+    std::vector<sequence*> out;
+    for (auto id : ids)
+      out.push_back(find(id));
+    return out;
+  }
+
+  /// Dumps under way hold their slots: a pass over the slots.
   std::uint32_t slots_being_freed() const {
     std::uint32_t n = 0;
-    for (auto& [id, s] : st_.seqs)
+    for (auto* s : slot_holders())
       n += s->state == kv_state::dumping;
     return n;
   }
@@ -1114,7 +1276,8 @@ private:
     // A retry runs the failed step's rows again, an isolation step one of them.
     const bool only_listed = next.what != next_step::kind::compose;
     std::vector<step_candidate> candidates;
-    for (auto& [id, s] : st_.seqs) {
+    for (auto* s : slot_holders()) {
+      const auto id = s->id;
       if (s->state != kv_state::resident || s->cancelled || s->in_step)
         continue;
       if (only_listed && std::find(next.rows.begin(), next.rows.end(), id) == next.rows.end())
@@ -1245,7 +1408,7 @@ private:
     if (st_.faults.health() != device_health::failing || st_.step_in_flight
         || st_.faults.next(clock::now()).what == next_step::kind::wait)
       return false;
-    for (auto& [id, s] : st_.seqs)
+    for (auto* s : slot_holders())
       if (s->state == kv_state::resident || s->state == kv_state::loading)
         return false;
     return true;
@@ -1304,6 +1467,7 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   st.fallback = placement.fallback;
   st.serialized = placement.on_compute_lane;
   st.mlfq = mlfq_policy{{st.rules.order, placement.long_quanta, st.info.max_prefill_chunk}, {}};
+  st.ranks = rank_index{st.rules.order};
   apply_policy(st, setup.policy);
   if (st.fallback)
     st.log->info("model '{}': backend cannot overlap transfers with compute; "

@@ -36,7 +36,7 @@ public:
       free_.push_back(!owner.has_value());
     const auto slots = static_cast<std::uint32_t>(free_.size());
     spare_ = slots == 0 ? 0 : std::min(in.spare_slots, slots - 1);
-    target_size_ = preemptive_ ? std::max(1u, slots - spare_) : slots;
+    target_size_ = plan_target_size(slots, in.spare_slots, preemptive_);
   }
 
   void run() {
@@ -135,6 +135,14 @@ private:
 };
 
 } // namespace
+
+std::size_t plan_target_size(std::size_t slots, std::uint32_t spare_slots,
+                             bool preemptive) noexcept {
+  if (!preemptive)
+    return slots;
+  const std::size_t spare = slots == 0 ? 0 : std::min<std::size_t>(spare_slots, slots - 1);
+  return std::max<std::size_t>(1, slots - spare);
+}
 
 void plan_slots(const slot_plan_input& in, slot_actions& actions) {
   planner{in, actions}.run();

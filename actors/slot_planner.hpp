@@ -25,6 +25,7 @@
 
 #include "actors/messages.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -85,5 +86,13 @@ public:
 
 /// Plans one round and carries it out through `actions`.
 void plan_slots(const slot_plan_input& in, slot_actions& actions);
+
+/// How many of the best ranked sequences `plan_slots` treats as the target
+/// set for `slots` slots. Only these may be admitted; beyond them the planner
+/// looks only at residents (for victims). So `ranked` may hold just the best
+/// `plan_target_size` sequences followed by the other residents, in their
+/// rank order, and the plan is the same as with every live sequence.
+std::size_t plan_target_size(std::size_t slots, std::uint32_t spare_slots,
+                             bool preemptive) noexcept;
 
 } // namespace kvlane::actors

@@ -365,3 +365,28 @@ TEST_CASE("reuse: a session drop removes only the KV that user's turns of that s
   REQUIRE(sut.engine->drop_retained("tiny", {})->entries == 2);
   sut.check_nothing_leaked();
 }
+
+TEST_CASE("reuse: a warm prefix shared by more queued requests than the scheduler tries one by "
+          "one is still taken, and every stream equals its cold prefill") {
+  // 80 identical prompts in one burst: when the first ends, its KV is warm
+  // and far more than 64 queued sequences share its first block, so the
+  // scheduler looks for the hit down the rank order instead.
+  engine_fixture sut{reuse_config(scheduler_mode::overlap)};
+  auto r = request(letters(40, 5), false);
+  r.sampling.max_tokens = 4;
+  const auto expected = cold(r);
+  std::vector<std::shared_ptr<actors::token_stream>> streams;
+  for (int i = 0; i < 80; ++i) {
+    auto s = sut.engine->submit(r);
+    REQUIRE(s.has_value());
+    streams.push_back(*s);
+  }
+  for (auto& s : streams) {
+    auto c = s->collect(60s);
+    REQUIRE(c.has_value());
+    REQUIRE(c->end.has_value());
+    CHECK(c->end->reason == actors::end_reason::length);
+    CHECK(c->tokens == expected);
+  }
+  CHECK(sut.stats().reuse_warm_hits > 0);
+}

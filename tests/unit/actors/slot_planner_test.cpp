@@ -7,6 +7,7 @@
 
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -210,4 +211,57 @@ TEST_CASE("slot_planner: recompute mode's input (no spare, recompute victims) gi
   // Nobody waits: every slot computes, nothing is evicted to keep a spare.
   r.ranked = {resident(1, 0, true), resident(2, 1, true), resident(3, 2, true)};
   CHECK(r.plan() == decisions{});
+}
+
+TEST_CASE("slot_planner: the best plan_target_size ranked sequences plus the other residents "
+          "plan the same as every live sequence") {
+  std::mt19937_64 rng{20261201};
+  auto pick = [&](std::size_t n) {
+    return std::uniform_int_distribution<std::size_t>{0, n - 1}(rng);
+  };
+  for (int round = 0; round < 2000; ++round) {
+    CAPTURE(round);
+    planning_round all;
+    all.slots = static_cast<std::uint32_t>(1 + pick(8));
+    all.spare = static_cast<std::uint32_t>(pick(3));
+    all.preemptive = pick(3) != 0;
+    all.pending = static_cast<std::uint32_t>(pick(3));
+    std::vector<slot_id> free_slots;
+    for (slot_id s = 0; s < all.slots; ++s)
+      if (pick(4) != 0)
+        free_slots.push_back(s);
+    const auto live = pick(30);
+    for (seq_id id = 1; id <= live; ++id) {
+      slot_candidate c{id, kv_state::queued, std::nullopt, false, pick(3) == 0};
+      const auto kind = pick(5);
+      if (kind >= 2 && !free_slots.empty()) {
+        c.slot = free_slots.back();
+        free_slots.pop_back();
+        c.state = kind == 2   ? kv_state::dumping
+                  : kind == 3 ? kv_state::loading
+                              : kv_state::resident;
+        c.in_step = c.state == kv_state::resident && pick(3) == 0;
+        all.dumping += c.state == kv_state::dumping;
+      } else if (kind == 1) {
+        c.state = kv_state::parked;
+      }
+      all.ranked.push_back(c);
+    }
+    const auto target = actors::plan_target_size(all.slots, all.spare, all.preemptive);
+    planning_round reduced = all;
+    reduced.ranked.clear();
+    std::vector<std::optional<seq_id>> holders(all.slots);
+    for (std::size_t i = 0; i < all.ranked.size(); ++i) {
+      const auto& c = all.ranked[i];
+      if (c.slot)
+        holders[*c.slot] = c.id;
+      if (i < target || c.state == kv_state::resident)
+        reduced.ranked.push_back(c);
+    }
+    // The slots of the sequences left out are still held.
+    reduced.extra_owners = holders;
+    recorded_actions full_actions{all.ranked};
+    recorded_actions reduced_actions{all.ranked};
+    CHECK(reduced.plan(reduced_actions) == all.plan(full_actions));
+  }
 }
