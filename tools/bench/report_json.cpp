@@ -139,6 +139,7 @@ json profile_json(const report_context& c) {
                         {"aging_steps", p.aging_steps},
                         {"ewma_alpha", json_figure(p.ewma_alpha)}};
   j["store_max_bytes"] = c.cfg.store.max_bytes;
+  j["store_warm_pool_bytes"] = c.cfg.store.warm_pool_bytes;
   j["worker_threads"] = c.cfg.daemon.worker_threads;
   j["time_scale"] = json_figure(c.time_scale);
   return j;

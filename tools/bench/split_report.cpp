@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 
 namespace kvlane::tools::bench {

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <unordered_map>
 
 namespace kvlane::tools::bench {
@@ -87,8 +86,10 @@ std::vector<std::uint32_t> assign_in_bursts(std::span<const trace_request> reque
     const auto& r = requests[i];
     auto [it, fresh] = model_of.try_emplace(r.conversation, 0);
     if (fresh) {
-      const double window = std::floor(std::max(0.0, r.arrival_s) / burst_s);
-      it->second = static_cast<std::uint32_t>(std::fmod(window, static_cast<double>(models)));
+      // Bounded before the conversion: a tiny burst_s must not overflow it.
+      const double index = std::min(std::max(0.0, r.arrival_s) / burst_s, 1e18);
+      const auto window = static_cast<std::uint64_t>(index);
+      it->second = static_cast<std::uint32_t>(window % models);
     }
     out[i] = it->second;
   }

@@ -285,3 +285,12 @@ TEST_CASE("bench store split: the JSON has a store_split object per split with p
   CHECK(text.find("static both") != std::string::npos);
   CHECK(text.find("shared / static") != std::string::npos);
 }
+
+TEST_CASE("bench store split: a window far smaller than the arrivals still assigns every request") {
+  const std::vector<trace_request> requests{at(0, 0), at(1e6, 1), at(2e6, 2)};
+  const auto sut = assign_in_bursts(requests, 1e-300, 2);
+  REQUIRE(sut.size() == 3);
+  for (auto m : sut)
+    CHECK(m < 2);
+  CHECK(sut[0] == 0);
+}
