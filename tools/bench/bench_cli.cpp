@@ -93,6 +93,10 @@ int run_bench(const bench_options& o) {
   ctx.path = std::string{path_name(o.path)};
   ctx.time_scale = setup->time_scale;
   ctx.scheduler_mode = std::string{actors::to_string(o.modes.front())};
+  if (!o.store_splits.empty()) {
+    ctx.burst_s = o.burst_s;
+    ctx.split_policy = o.reuse.front().name;
+  }
   ctx.slo = o.slo;
   ctx.slo_defaults = !o.slo_given;
   auto workload = prepare_workload(o, *setup, ctx);

@@ -1,5 +1,6 @@
 #include "tools/bench/bench_options.hpp"
 
+#include "common/config_reader.hpp"
 #include "common/logging.hpp"
 
 #include <fmt/format.h>
@@ -54,6 +55,14 @@ what to run:
                           only in its slot), store (also in the snapshot store, cost-
                           aware eviction) and store-recency (the store with LRU
                           eviction); e.g. off,slot,store. In process only
+  --store-split LIST      two models built from the profile's model (<model>-a, -b, same
+                          sim) share the snapshot store; the trace's conversations go to
+                          them in alternating bursts (--burst-s); compare shared (the
+                          elastic pool) and static (store_floor_bytes = store_cap_bytes =
+                          half the store each), e.g. shared,static. Mooncake trace, in
+                          process, one reuse policy (--reuse, default store)
+  --burst-s S             --store-split: a conversation goes to model floor(t / S) mod 2,
+                          t its first request's arrival in simulated s (default 300)
   --sweep-quantum         halve scheduler.quantum_steps from its configured value until
                           a mode preempts >= 1 time per slot per simulated second
   --path inproc|ipc|both  inproc: an in-process engine (default); ipc: a kvlaned child
@@ -65,6 +74,9 @@ what to run:
   --model NAME            model to drive (default: the first)
   --time-scale S          sim: simulated ms per wall ms (overrides the profile)
   --sim-overlap MODE      sim: full, none or shared (overrides the profile)
+  --snapshot-bytes SIZE   sim: KV bytes of a full slot, e.g. 64MiB (overrides the profile)
+  --store-bytes SIZE      [store] max_bytes, e.g. 4GiB (overrides the profile)
+  --warm-pool-bytes SIZE  [store] warm_pool_bytes, e.g. 4GiB (at most the store)
   --devices LIST          sim: run the comparison once per overlap assumption, e.g.
                           none,shared,full (side by side in the report and JSON)
   --slo-interactive T,P   interactive SLO: TTFT <= T ms and TPOT <= P ms (default 2000,200)
@@ -136,7 +148,7 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
   for (auto a : args)
     o.command_line += " " + shell_quote(a);
   auto fail = [](std::string msg) { return unexpected(std::move(msg)); };
-  bool sample_given = false, users_given = false;
+  bool sample_given = false, users_given = false, burst_given = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto a = args[i];
     auto value = [&]() -> std::optional<std::string_view> {
@@ -181,6 +193,26 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
       if (!list)
         return fail("--reuse: " + list.error());
       o.reuse = std::move(*list);
+    } else if (a == "--store-split") {
+      auto v = value();
+      if (!v)
+        return fail("--store-split needs a comma list of shared,static");
+      auto list = parse_store_split_list(*v);
+      if (!list)
+        return fail("--store-split: " + list.error());
+      o.store_splits = std::move(*list);
+    } else if (a == "--burst-s") {
+      if (!positive(o.burst_s, 1e9))
+        return fail("--burst-s needs a positive number of simulated seconds");
+      burst_given = true;
+    } else if (a == "--snapshot-bytes" || a == "--store-bytes" || a == "--warm-pool-bytes") {
+      auto v = value();
+      auto bytes = v ? parse_byte_size(*v) : std::nullopt;
+      if (!bytes)
+        return fail(fmt::format("{} needs a byte size such as 64MiB or 4GiB", a));
+      (a == "--snapshot-bytes" ? o.snapshot_bytes
+       : a == "--store-bytes"  ? o.store_bytes
+                               : o.warm_pool_bytes) = *bytes;
     } else if (a == "--synthetic") {
       o.synthetic = true;
     } else if (a == "--requests") {
@@ -360,19 +392,36 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
   if ((sample_given || users_given) && !mooncake)
     return fail("--sample-conversations and --users need a Mooncake conversation trace "
                 "(--trace FILE.jsonl)");
+  if (burst_given && o.store_splits.empty())
+    return fail("--burst-s applies to --store-split");
+  if (!o.store_splits.empty()) {
+    if (!mooncake)
+      return fail("--store-split splits a conversation trace's conversations between two models: "
+                  "give --trace FILE.jsonl");
+    if (o.reuse.empty())
+      o.reuse = *parse_reuse_list("store");
+    if (o.reuse.size() != 1 || o.reuse.front().mode != actors::reuse_mode::store)
+      return fail("--store-split compares how two models share the store under one reuse policy: "
+                  "give --reuse store or --reuse store-recency (or no --reuse)");
+  }
   if (!o.reuse.empty()) {
+    const std::string_view flag = o.store_splits.empty() ? "--reuse" : "--store-split";
     if (o.path != bench_path::inproc)
-      return fail("--reuse runs in process only (--path inproc): through kvlaned every request "
-                  "would come from this program's user, so reuse scoping could not be honoured");
+      return fail(fmt::format("{} runs in process only (--path inproc): through kvlaned every "
+                              "request would come from this program's user, so reuse scoping "
+                              "could not be honoured",
+                              flag));
     if (!o.sweep_loads.empty() || o.sweep_quantum || !o.devices.empty())
-      return fail("--reuse compares reuse policies in one mode: it cannot be combined with "
-                  "--sweep, --sweep-quantum or --devices");
+      return fail(fmt::format("{} compares its runs in one mode: it cannot be combined with "
+                              "--sweep, --sweep-quantum or --devices",
+                              flag));
     if (!o.plot_out.empty())
-      return fail("--plot draws the mode comparison; --reuse prints and writes JSON only");
+      return fail("--plot draws the mode comparison; --reuse and --store-split print and write "
+                  "JSON only");
     if (!o.modes_given)
       o.modes = {actors::scheduler_mode::overlap};
     if (o.modes.size() != 1)
-      return fail("--reuse runs every policy in one mode: give --modes with a single mode");
+      return fail(fmt::format("{} runs in one mode: give --modes with a single mode", flag));
   }
   if (o.synthetic && o.requests == 0)
     return fail("--requests must be at least 1 with --synthetic");

@@ -14,6 +14,7 @@
 #include "tools/bench/conversation_workload.hpp"
 #include "tools/bench/reuse_variant.hpp"
 #include "tools/bench/slo.hpp"
+#include "tools/bench/store_split.hpp"
 #include "tools/bench/workload.hpp"
 
 #include <cstdint>
@@ -35,6 +36,10 @@ struct bench_options {
   trace_users users = trace_users::conversation; ///< Mooncake: who sends each conversation
   /// --reuse: the reuse policies compared (instead of the modes), in order.
   std::vector<reuse_variant> reuse;
+  /// --store-split: two models from the profile's model share the store; the
+  /// variants compared (shared elastic pool, static halves), in order.
+  std::vector<store_split> store_splits;
+  double burst_s = 300;               ///< --store-split: simulated seconds per model's turn
   synthetic_options synth;
   std::size_t requests = 200;         ///< 0 = every row of the trace
   std::optional<double> load;         ///< offered load as a fraction of capacity
@@ -45,6 +50,9 @@ struct bench_options {
   bool modes_given = false;
   std::optional<double> time_scale;
   std::optional<backends::transfer_overlap> sim_overlap;
+  std::optional<std::uint64_t> snapshot_bytes;  ///< sim: [model.sim] snapshot_bytes
+  std::optional<std::uint64_t> store_bytes;     ///< [store] max_bytes
+  std::optional<std::uint64_t> warm_pool_bytes; ///< [store] warm_pool_bytes
   /// --devices: the comparison once per sim overlap assumption, side by side.
   std::vector<backends::transfer_overlap> devices;
   slo_set slo;                        ///< per-class SLOs for goodput

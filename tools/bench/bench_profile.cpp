@@ -66,6 +66,9 @@ max_bytes = "32MiB"
 mode = "off"
 )";
 
+// [store] max_bytes as the configuration accepts it (docs/config.md).
+constexpr std::uint64_t min_store_bytes = 1ull << 20, max_store_bytes = 16ull << 40;
+
 } // namespace
 
 std::string_view builtin_profile_toml() noexcept {
@@ -106,14 +109,35 @@ expected<bench_setup, bench_failure> load_setup(const bench_options& o) {
   s.cfg.models = {*m};
   auto& model = s.cfg.models.front();
   s.sim = model.backend.kind == "sim";
-  if ((o.time_scale || o.sim_overlap || !o.devices.empty()) && !s.sim)
-    return fail(exit_code::usage, fmt::format("--time-scale, --sim-overlap and --devices apply to the sim; "
-                                              "model '{}' uses backend '{}'",
+  if ((o.time_scale || o.sim_overlap || o.snapshot_bytes || !o.devices.empty()) && !s.sim)
+    return fail(exit_code::usage, fmt::format("--time-scale, --sim-overlap, --snapshot-bytes and "
+                                              "--devices apply to the sim; model '{}' uses "
+                                              "backend '{}'",
                                               model.name, model.backend.kind));
   if (o.time_scale)
     model.backend.sim.time_scale = *o.time_scale;
   if (o.sim_overlap)
     model.backend.sim.overlap = *o.sim_overlap;
+  if (o.snapshot_bytes) // the backend checks it below (a multiple of max_context, ...)
+    model.backend.sim.snapshot_bytes = *o.snapshot_bytes;
+  if (o.store_bytes) {
+    if (*o.store_bytes < min_store_bytes || *o.store_bytes > max_store_bytes)
+      return fail(exit_code::usage, "--store-bytes must be between 1MiB and 16TiB");
+    s.cfg.store.max_bytes = *o.store_bytes;
+  }
+  if (o.warm_pool_bytes)
+    s.cfg.store.warm_pool_bytes = *o.warm_pool_bytes;
+  if (o.warm_pool_bytes && *o.warm_pool_bytes > s.cfg.store.max_bytes)
+    return fail(exit_code::usage,
+                fmt::format("--warm-pool-bytes ({} bytes) is larger than the store ({} bytes)",
+                            *o.warm_pool_bytes, s.cfg.store.max_bytes));
+  std::uint64_t floors = 0;
+  for (const auto& x : s.cfg.models)
+    floors += x.store_floor_bytes;
+  if (floors > s.cfg.store.max_bytes)
+    return fail(exit_code::usage,
+                fmt::format("model '{}': store_floor_bytes ({} bytes) exceeds the store ({} bytes)",
+                            model.name, floors, s.cfg.store.max_bytes));
   if (!s.sim && std::find(o.modes.begin(), o.modes.end(), actors::scheduler_mode::free_transfer)
                   != o.modes.end())
     return fail(exit_code::usage, fmt::format("mode 'free-transfer' models free transfers and needs "

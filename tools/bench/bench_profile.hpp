@@ -38,8 +38,9 @@ struct bench_setup {
 };
 
 /// Loads the profile or --config, keeps the --model (default: the first),
-/// applies --time-scale and --sim-overlap, and loads the backend once for its
-/// figures. Failures carry kvlane-bench's exit code (usage, config).
+/// applies --time-scale, --sim-overlap, --snapshot-bytes, --store-bytes and
+/// --warm-pool-bytes (checked as the configuration would be), and loads the
+/// backend once for its figures. Failures carry kvlane-bench's exit code (usage, config).
 expected<bench_setup, bench_failure> load_setup(const bench_options& o);
 
 } // namespace kvlane::tools::bench

@@ -1,6 +1,7 @@
 #include "tools/bench/bench_run.hpp"
 
 #include "tools/bench/bench_runner.hpp"
+#include "tools/bench/conversation_workload.hpp"
 #include "tools/bench/ipc_driver.hpp"
 
 #include <fmt/format.h>
@@ -214,8 +215,67 @@ expected<void, std::string> compare_reuse(const bench_options& o, const bench_se
                          r->timed_out ? " (TIMED OUT)" : ""));
     report.modes.push_back(std::move(s));
     report.reuse.push_back(std::move(rs));
+    if (setup.sim)
+      report.host_times.emplace_back(
+        v.name, measure_transfer_host_time(r->stats, setup.model().backend.sim, r->store,
+                                           r->peak_committed_bytes));
   }
   report.targets = reuse_targets(report.reuse);
+  return {};
+}
+
+/// --store-split: two models from the profile's model share the store; the
+/// same requests, their conversations assigned to the models in bursts, once
+/// per split, in one mode and one reuse policy, in process.
+expected<void, std::string> compare_store_split(const bench_options& o, const bench_setup& setup,
+                                                const bench_workload& w,
+                                                const bench_run_options& run,
+                                                bench_report& report) {
+  auto progress = [&](std::string_view line) {
+    if (run.progress)
+      run.progress(line);
+  };
+  const auto mode = o.modes.front();
+  const auto& policy = o.reuse.front();
+  // Whole conversations to the models in turns; what an unlimited cache
+  // could reuse is then counted within each model.
+  auto reqs = w.main;
+  const auto model_of = assign_in_bursts(reqs, o.burst_s, split_models);
+  for (std::size_t i = 0; i < reqs.size(); ++i)
+    reqs[i].model = model_of[i];
+  const auto seen = achievable_reuse(reqs, setup.cfg.reuse.min_prefix_tokens);
+  for (std::size_t i = 0; i < reqs.size(); ++i)
+    reqs[i].seen_prefix_tokens = seen[i];
+
+  for (auto split : o.store_splits) {
+    auto cfg = split_config(setup.cfg, split);
+    if (!cfg)
+      return unexpected(std::move(cfg).error());
+    cfg->reuse.mode = policy.mode;
+    cfg->store.eviction = policy.eviction;
+    run_options ro;
+    ro.cfg = *cfg;
+    for (const auto& m : cfg->models)
+      ro.models.push_back(m.name);
+    ro.time_scale = setup.time_scale;
+    ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.timeout_s * 1000));
+    ro.progress = progress;
+    const auto name = std::string{to_string(split)};
+    progress(fmt::format("store split {} (reuse {}, {}): running {} requests on {} and {}", name,
+                         policy.name, actors::to_string(mode), reqs.size(), ro.models[0],
+                         ro.models[1]));
+    auto r = run_mode(ro, mode, reqs);
+    if (!r)
+      return unexpected(fmt::format("store split {}: {}", name, r.error()));
+    auto ss = summarize_split(split, *r, reqs, *cfg, w.wm);
+    progress(fmt::format("store split {}: {}/{} completed in {:.1f} s wall; {} of {} achievable "
+                         "prompt tokens reused, TTFT p50 reusable {:.0f} ms{}",
+                         name, ss.total.completed, reqs.size(), r->wall_ms / 1000.0,
+                         ss.total.reused_tokens, ss.total.achievable_reused_tokens,
+                         ss.total.ttft_p50_reusable_ms, r->timed_out ? " (TIMED OUT)" : ""));
+    report.splits.push_back(std::move(ss));
+  }
+  report.targets = split_targets(report.splits);
   return {};
 }
 
@@ -226,7 +286,8 @@ expected<bench_report, std::string> run_benchmark(const bench_options& o, const 
                                                   const bench_run_options& run) {
   const mode_runner runner{o, setup, run};
   bench_report report;
-  auto ok = !o.reuse.empty() ? compare_reuse(o, setup, w, run, report)
+  auto ok = !o.store_splits.empty() ? compare_store_split(o, setup, w, run, report)
+             : !o.reuse.empty()     ? compare_reuse(o, setup, w, run, report)
              : o.sweep_quantum ? sweep_quantum(runner, o, setup, w, report)
                                : compare_modes(runner, o, setup, w, report);
   if (!ok)

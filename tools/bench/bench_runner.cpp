@@ -97,7 +97,16 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
   cfg.scheduler.mode = mode;
   if (cfg.models.empty())
     return unexpected(std::string{"the configuration has no model"});
-  const std::string model = opts.model.empty() ? cfg.models.front().name : opts.model;
+  const std::vector<std::string> names =
+    !opts.models.empty() ? opts.models
+                         : std::vector<std::string>{opts.model.empty() ? cfg.models.front().name
+                                                                       : opts.model};
+  const std::string& model = names.front();
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    if (requests[i].model >= names.size())
+      return unexpected(fmt::format("request {} is for model index {}, but the run has {} "
+                                    "model(s)",
+                                    i, requests[i].model, names.size()));
   const double ts = opts.time_scale > 0 ? opts.time_scale : 1.0;
 
   run_result result;
@@ -123,9 +132,15 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
   if (!created)
     return unexpected(std::move(created).error());
   auto engine = std::move(*created);
-  const auto* entry = engine->find_model(model);
-  if (!entry)
-    return unexpected(fmt::format("no model named '{}' in the configuration", model));
+  std::vector<const actors::model_entry*> entries;
+  for (const auto& name : names) {
+    const auto* e = engine->find_model(name);
+    if (!e)
+      return unexpected(fmt::format("no model named '{}' in the configuration", name));
+    entries.push_back(e);
+    result.models.push_back(model_run{name, {}, 0});
+  }
+  const auto* entry = entries.front();
   result.serialized =
     actors::place_transfers(mode, entry->info.caps.transfer_overlaps_compute).on_compute_lane;
 
@@ -143,6 +158,12 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
       auto ss = engine->store_stats(); // the store keeps exact peaks
       result.peak_store_bytes = ss.peak_used_bytes;
       result.peak_snapshots = ss.peak_snapshots;
+      result.peak_committed_bytes = std::max(result.peak_committed_bytes, ss.committed_bytes);
+      for (std::size_t m = 0; m < entries.size(); ++m)
+        for (const auto& u : ss.models)
+          if (u.model_index == entries[m]->index)
+            result.models[m].peak_store_bytes =
+              std::max(result.models[m].peak_store_bytes, u.used_bytes);
       if (clock::now() >= next_gauge) {
         next_gauge += std::chrono::milliseconds(100);
         if (auto st = engine->stats(model, std::chrono::seconds(2)))
@@ -163,7 +184,7 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
     std::this_thread::sleep_until(due);
     result.max_submit_lag_ms = std::max(result.max_submit_lag_ms, ms_between(due, clock::now()));
     actors::submit_request req;
-    req.model = model;
+    req.model = names[r.model];
     req.client = "bench";
     req.owner = r.owner;
     req.priority = r.interactive ? actors::priority_class::interactive
@@ -215,11 +236,16 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
     std::lock_guard lock{col->mutex};
     result.wall_ms = ms_between(start, col->last_end);
   }
-  if (auto st = engine->stats(model, std::chrono::seconds(10)))
-    result.stats = *st;
-  else if (!result.timed_out)
-    return unexpected(fmt::format("scheduler statistics unavailable: {}", st.error()));
-  result.retained_evictions = engine->store_stats().retained_evictions;
+  for (auto& m : result.models) {
+    if (auto st = engine->stats(m.name, std::chrono::seconds(10)))
+      m.stats = *st;
+    else if (!result.timed_out)
+      return unexpected(fmt::format("model '{}': scheduler statistics unavailable: {}", m.name,
+                                    st.error()));
+  }
+  result.stats = result.models.front().stats;
+  result.store = engine->store_stats();
+  result.retained_evictions = result.store.retained_evictions;
   result.mean_slots_busy = gauges.mean_slots_busy();
   if (entry->info.kind == "sim") {
     // Every step pays the base cost; every token carried pays the per-token

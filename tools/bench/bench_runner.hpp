@@ -21,6 +21,7 @@
 #include "actors/scheduler.hpp"
 #include "common/expected.hpp"
 #include "daemon/config.hpp"
+#include "ipc/snapshot_store.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -95,17 +96,32 @@ private:
 struct run_options {
   daemon::config cfg;      ///< the mode is set by run_mode
   std::string model;       ///< empty = the first model
+  /// The models requests go to, indexed by trace_request::model (the first
+  /// one's gauges are sampled); empty = every request to `model`.
+  std::vector<std::string> models;
   double time_scale = 1.0; ///< simulated ms per wall ms (the sim's time_scale; 1 on hardware)
   std::chrono::milliseconds timeout{0}; ///< wall bound on one run; 0 = 60 s + 4x the arrival span
   std::chrono::milliseconds sample_interval{5}; ///< store occupancy sampling (wall)
   std::function<void(std::string_view)> progress; ///< optional, one line at a time
 };
 
+/// One model's figures at the end of a run.
+struct model_run {
+  std::string name;
+  actors::scheduler_stats stats;
+  /// The store bytes the model held at its highest, sampled every
+  /// run_options::sample_interval (the store keeps no per-model peak).
+  std::uint64_t peak_store_bytes = 0;
+};
+
 struct run_result {
   actors::scheduler_mode mode = actors::scheduler_mode::overlap;
   double time_scale = 1.0;
   std::vector<request_outcome> requests;
-  actors::scheduler_stats stats; ///< the model's scheduler at the end of the run
+  actors::scheduler_stats stats; ///< the (first) model's scheduler at the end of the run
+  std::vector<model_run> models;  ///< every model requests went to, in run_options order
+  ipc::store_stats store;         ///< the store at the end of the run (host times, evictions)
+  std::uint64_t peak_committed_bytes = 0; ///< store RAM at its highest, sampled
   double wall_ms = 0;            ///< run start (first arrival due) to the last end
   std::uint64_t peak_store_bytes = 0;
   std::uint64_t peak_snapshots = 0;
@@ -123,7 +139,8 @@ struct run_result {
 };
 
 /// Runs `requests` (in arrival order) against a fresh engine in `mode`.
-/// Fails only if the engine cannot be built; request failures are outcomes.
+/// Fails only if the engine cannot be built, a model is unknown or a request
+/// names a model index the options do not list; request failures are outcomes.
 expected<run_result, std::string> run_mode(const run_options& opts, actors::scheduler_mode mode,
                                            std::span<const trace_request> requests);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <unordered_map>
 
 namespace kvlane::tools::bench {
@@ -97,6 +98,7 @@ conversation_workload build_conversation_workload(std::span<const mooncake_reque
     r.arrival_s = m.arrival_s - *first_s;
     r.output_tokens = m.output_length;
     r.owner = o.users == trace_users::one ? 1 : std::uint64_t{c} + 1;
+    r.conversation = c;
     auto prompt = std::make_shared<std::vector<backends::token_id>>(
       block_prompt(m.hash_ids, w.block_tokens, scaled(m.input_length, o.input_scale)));
     r.prompt_tokens = static_cast<std::uint32_t>(std::max<std::size_t>(1, prompt->size()));
@@ -110,7 +112,8 @@ conversation_workload build_conversation_workload(std::span<const mooncake_reque
 std::vector<std::uint32_t> achievable_reuse(std::span<const trace_request> requests,
                                             std::uint32_t min_prefix_tokens) {
   std::vector<std::uint32_t> out(requests.size(), 0);
-  std::unordered_map<std::uint64_t, std::vector<std::size_t>> earlier; // by owner
+  // By model and owner: a model's retained KV serves only its own requests.
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<std::size_t>> earlier;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const auto& r = requests[i];
     if (!r.prompt)
@@ -118,7 +121,7 @@ std::vector<std::uint32_t> achievable_reuse(std::span<const trace_request> reque
     const auto len = std::min<std::size_t>(r.prompt_tokens, r.prompt->size());
     const auto* p = r.prompt->data();
     std::size_t best = 0;
-    auto& seen = earlier[r.owner];
+    auto& seen = earlier[{r.model, r.owner}];
     for (auto j : seen) {
       const auto& q = requests[j];
       const auto qlen = std::min<std::size_t>(q.prompt_tokens, q.prompt->size());

@@ -61,7 +61,7 @@ conversation_workload build_conversation_workload(std::span<const mooncake_reque
                                                   const conversation_options& o);
 
 /// For each request, in order: the longest prefix of its prompt (its first
-/// prompt_tokens tokens) that an earlier request of the same owner sent, at
+/// prompt_tokens tokens) that an earlier request of the same owner and model sent, at
 /// most prompt_tokens - 1 (the last token is always prefilled for its logits),
 /// or 0 when shorter than `min_prefix_tokens`: what a prefix cache with
 /// unlimited room would reuse, the requests served in this order. Requests

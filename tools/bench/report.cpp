@@ -245,6 +245,34 @@ std::vector<target_check> reuse_targets(const std::vector<reuse_summary>& runs) 
   return out;
 }
 
+std::vector<target_check> split_targets(const std::vector<split_summary>& runs) {
+  const split_summary* shared = nullptr;
+  const split_summary* fixed = nullptr;
+  double failed = 0;
+  for (auto& s : runs) {
+    (s.split == store_split::shared ? shared : fixed) = &s;
+    failed += static_cast<double>(s.total.failed) + (s.total.timed_out ? 1.0 : 0.0);
+  }
+  std::vector<target_check> out;
+  out.push_back(make_target("no_failed_requests",
+                            "failed or timed-out requests over all store splits == 0", failed, 0,
+                            false, !runs.empty()));
+  const bool both = shared && fixed;
+  const auto q = both ? shared_vs_static(*shared, *fixed) : split_ratios{nan, nan, nan, nan};
+  out.push_back(make_target("shared_reused_vs_static",
+                            "shared store: both models reuse >= the tokens static halves reuse",
+                            q.reused_tokens, 1.0, true, both));
+  out.push_back(make_target(
+    "shared_reusable_ttft_p50_vs_static",
+    "shared store: TTFT p50 of requests with a reusable prefix <= static halves'",
+    q.ttft_p50_reusable, 1.0, false, both));
+  if (failed > 0)
+    for (auto& t : out)
+      if (t.pass)
+        t.pass = false;
+  return out;
+}
+
 std::vector<target_check> sweep_targets(const std::vector<quantum_point>& points) {
   double worst = std::numeric_limits<double>::infinity();
   bool evaluated = false;
@@ -467,7 +495,7 @@ std::string format_report(const bench_report& r) {
     "\nkvlane-bench: {} requests, offered load {:.3f}, time_scale {}, sim overlap {}\n"
     "path: {}\nall times in simulated ms (wall ms x {})\n\n",
     c.requests, c.offered_load, c.time_scale, overlap, path_desc, c.time_scale);
-  if (!r.reuse.empty()) {
+  if (!r.reuse.empty() || !r.splits.empty()) {
     if (c.conversations) {
       const auto& cv = *c.conversations;
       text += fmt::format("conversations: {} of {} kept (--sample-conversations {}, seed {}), "
@@ -476,12 +504,28 @@ std::string format_report(const bench_report& r) {
                           cv.block_tokens, c.input_scale,
                           cv.users == "one" ? "one for all requests" : "one per conversation");
     }
-    text += fmt::format("mode {}; {} requests, {} clamped; {} of {} prompt tokens reusable by an "
-                        "unlimited cache, in {} requests\n\n",
-                        c.scheduler_mode, c.requests,
+    text += fmt::format("mode {}{}; {} requests, {} clamped; {} of {} prompt tokens reusable by an "
+                        "unlimited cache{}, in {} requests\n\n",
+                        c.scheduler_mode,
+                        c.split_policy.empty() ? std::string{} : ", reuse " + c.split_policy,
+                        c.requests,
                         c.clamped, c.achievable_reused_tokens, c.prompt_tokens_total,
-                        c.reusable_requests);
-    text += format_reuse(r.reuse);
+                        c.split_policy.empty() ? "" : " on one model", c.reusable_requests);
+    if (!r.splits.empty()) {
+      std::string names;
+      for (auto& m : r.splits.front().models)
+        names += (names.empty() ? "" : ", ") + m.figures.policy;
+      text += fmt::format("two models ({}), each the profile's model on its own simulated "
+                          "device, share one {:.0f} MiB store; a conversation goes to model "
+                          "floor(t / {} s) mod 2, t its first request's arrival (simulated)\n\n",
+                          names, static_cast<double>(c.cfg.store.max_bytes) / (1 << 20),
+                          c.burst_s);
+      text += format_split(r.splits);
+    }
+    else
+      text += format_reuse(r.reuse);
+    if (!r.host_times.empty())
+      text += "\n" + format_transfer_host_time(r.host_times);
     text += "\n" + format_targets(r.targets);
     return text;
   }

@@ -20,8 +20,11 @@
 #include "tools/bench/bench_runner.hpp"
 #include "tools/bench/reuse_report.hpp"
 #include "tools/bench/slo.hpp"
+#include "tools/bench/split_report.hpp"
+#include "tools/bench/transfer_host_time.hpp"
 
 #include <map>
+#include <utility>
 #include <optional>
 #include <string>
 #include <vector>
@@ -125,6 +128,13 @@ std::vector<target_check> comparison_targets(const std::vector<mode_summary>& mo
 /// request fails every target.
 std::vector<target_check> reuse_targets(const std::vector<reuse_summary>& runs);
 
+/// --store-split (docs/benchmarks.md, "Two models on one store"): no request
+/// failed or timed out; with both splits run, the shared store reuses >= the
+/// tokens static halves reuse (both models together) and its TTFT p50 of
+/// requests with a reusable prefix is <= static's. A failed request fails
+/// every target.
+std::vector<target_check> split_targets(const std::vector<split_summary>& runs);
+
 /// --path both: sets ipc_vs_inproc_throughput on every mode of `inproc` and
 /// `ipc` that ran both ways, and returns one target per such mode: the IPC
 /// path's output tokens/s within 3% of the in-process engine's.
@@ -179,6 +189,8 @@ struct report_context {
   daemon::config cfg;           ///< as run (mode aside)
   std::string model;
   std::string scheduler_mode;   ///< --reuse: the one mode every policy ran in
+  double burst_s = 0;           ///< --store-split: simulated seconds per model's turn
+  std::string split_policy;     ///< --store-split: the reuse policy of every run
   double time_scale = 1.0;
   // workload
   std::string workload_source;  ///< "trace" or "synthetic"
@@ -216,6 +228,9 @@ struct bench_report {
   std::vector<load_point> load_sweep;
   std::vector<quantum_point> quantum_sweep;
   std::vector<reuse_summary> reuse;     ///< --reuse: one per policy, in the order given
+  std::vector<split_summary> splits; ///< --store-split: one per split, in the order given
+  /// --reuse and --store-split: host time per transfer of each run, by run name.
+  std::vector<std::pair<std::string, transfer_host_time>> host_times;
   bool include_timeline = false; ///< write each mode's gauge timeline into the JSON
 };
 

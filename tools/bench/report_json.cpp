@@ -139,6 +139,7 @@ json profile_json(const report_context& c) {
                         {"aging_steps", p.aging_steps},
                         {"ewma_alpha", json_figure(p.ewma_alpha)}};
   j["store_max_bytes"] = c.cfg.store.max_bytes;
+  j["store_warm_pool_bytes"] = c.cfg.store.warm_pool_bytes;
   j["worker_threads"] = c.cfg.daemon.worker_threads;
   j["time_scale"] = json_figure(c.time_scale);
   return j;
@@ -189,6 +190,48 @@ json workload_json(const report_context& c) {
   return j;
 }
 
+/// One reuse policy's (or one model's) figures: the documented reuse fields.
+json reuse_json(const reuse_summary& s) {
+  return json{{"throughput_tok_s", json_figure(s.throughput_tok_s)},
+              {"ttft_p50_ms", json_figure(s.ttft_p50_ms)},
+              {"ttft_p99_ms", json_figure(s.ttft_p99_ms)},
+              {"ttft_p50_reusable_ms", json_figure(s.ttft_p50_reusable_ms)},
+              {"ttft_p99_reusable_ms", json_figure(s.ttft_p99_reusable_ms)},
+              {"prompt_tokens", s.prompt_tokens},
+              {"reused_tokens", s.reused_tokens},
+              {"achievable_reused_tokens", s.achievable_reused_tokens},
+              {"prefill_tokens", s.prefill_tokens},
+              {"loads", s.loads},
+              {"dumps", s.dumps},
+              {"peak_store_bytes", s.peak_store_bytes},
+              {"retained_evictions", s.retained_evictions},
+              {"completed", s.completed},
+              {"failed", s.failed}};
+}
+
+json host_time_json(const transfer_host_time& t) {
+  return json{{"time_unit", "wall ms"},
+              {"snapshot_bytes", t.snapshot_bytes},
+              {"dumps", t.dumps},
+              {"loads", t.loads},
+              {"dump_ms", json_figure(t.dump_ms)},
+              {"load_ms", json_figure(t.load_ms)},
+              {"dump_modeled_ms", json_figure(t.dump_modeled_ms)},
+              {"load_modeled_ms", json_figure(t.load_modeled_ms)},
+              {"transfer_ms", json_figure(t.transfer_ms)},
+              {"transfer_modeled_ms", json_figure(t.transfer_modeled_ms)},
+              {"beyond_model_ms", json_figure(t.beyond_model_ms)},
+              {"store_commit_ms_per_dump", json_figure(t.commit_ms)},
+              {"store_seal_ms_per_dump", json_figure(t.seal_ms)},
+              {"store_verify_ms_per_load", json_figure(t.verify_ms)},
+              {"store_punch_ms_per_transfer", json_figure(t.punch_ms)},
+              {"committed_on_demand_bytes", t.committed_on_demand_bytes},
+              {"punched_bytes", t.punched_bytes},
+              {"warm_pool_bytes", t.pool_target_bytes},
+              {"peak_store_bytes", t.peak_used_bytes},
+              {"peak_committed_bytes", t.peak_committed_bytes}};
+}
+
 } // namespace
 
 json report_json(const bench_report& r) {
@@ -222,22 +265,44 @@ json report_json(const bench_report& r) {
   }
   if (!r.reuse.empty()) {
     auto& reuse = j["reuse"] = json::object();
-    for (auto& s : r.reuse)
-      reuse[s.policy] = json{{"throughput_tok_s", json_figure(s.throughput_tok_s)},
-                             {"ttft_p50_ms", json_figure(s.ttft_p50_ms)},
-                             {"ttft_p99_ms", json_figure(s.ttft_p99_ms)},
-                             {"ttft_p50_reusable_ms", json_figure(s.ttft_p50_reusable_ms)},
-                             {"ttft_p99_reusable_ms", json_figure(s.ttft_p99_reusable_ms)},
-                             {"prompt_tokens", s.prompt_tokens},
-                             {"reused_tokens", s.reused_tokens},
-                             {"achievable_reused_tokens", s.achievable_reused_tokens},
-                             {"prefill_tokens", s.prefill_tokens},
-                             {"loads", s.loads},
-                             {"dumps", s.dumps},
-                             {"peak_store_bytes", s.peak_store_bytes},
-                             {"retained_evictions", s.retained_evictions},
-                             {"completed", s.completed},
-                             {"failed", s.failed}};
+    for (auto& s : r.reuse) {
+      auto& p = reuse[s.policy] = reuse_json(s);
+      for (auto& [name, t] : r.host_times)
+        if (name == s.policy)
+          p["host_per_transfer"] = host_time_json(t);
+    }
+  }
+  if (!r.splits.empty()) {
+    auto& split = j["store_split"] = json::object();
+    split["burst_s"] = json_figure(r.ctx.burst_s);
+    split["policy"] = r.ctx.split_policy;
+    const split_summary* shared = nullptr;
+    const split_summary* fixed = nullptr;
+    for (auto& s : r.splits) {
+      (s.split == store_split::shared ? shared : fixed) = &s;
+      json models = json::object();
+      for (auto& m : s.models) {
+        auto x = reuse_json(m.figures);
+        x["requests"] = m.requests;
+        x["conversations"] = m.conversations;
+        x["offered_load"] = json_figure(m.offered_load);
+        x["store_floor_bytes"] = m.floor_bytes;
+        x["store_cap_bytes"] = m.cap_bytes;
+        x["retained_lost"] = m.retained_lost;
+        models[m.figures.policy] = std::move(x);
+      }
+      auto total = reuse_json(s.total);
+      total["retained_lost"] = s.retained_lost;
+      split[std::string{to_string(s.split)}] =
+        json{{"models", std::move(models)}, {"both", std::move(total)}};
+    }
+    if (shared && fixed) {
+      const auto q = shared_vs_static(*shared, *fixed);
+      split["shared_vs_static"] = json{{"reused_tokens", json_figure(q.reused_tokens)},
+                                       {"ttft_p50_reusable", json_figure(q.ttft_p50_reusable)},
+                                       {"ttft_p50", json_figure(q.ttft_p50)},
+                                       {"throughput", json_figure(q.throughput)}};
+    }
   }
   if (!r.quantum_sweep.empty()) {
     auto& points = j["quantum_sweep"] = json::array();

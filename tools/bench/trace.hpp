@@ -37,6 +37,12 @@ struct trace_request {
   /// Prompt tokens an earlier request of the same owner sent as a prefix
   /// (what an unlimited cache could reuse; achievable_reuse).
   std::uint32_t seen_prefix_tokens = 0;
+  /// Its conversation in a conversation trace (0.. in order of first
+  /// appearance); 0 for every request of a trace without conversations.
+  std::uint32_t conversation = 0;
+  /// Which of the run's models serves it (an index into
+  /// run_options::models; 0 = the one model of a single-model run).
+  std::uint32_t model = 0;
 };
 
 struct trace_error {

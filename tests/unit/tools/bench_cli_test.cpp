@@ -146,3 +146,72 @@ TEST_CASE("bench cli: conversation trace flags and the reuse comparison") {
   CHECK(parse({"--trace", "m.jsonl", "--reuse", "store", "--sweep", "1,2"}).error().find("--sweep")
         != std::string::npos);
 }
+
+TEST_CASE("bench cli: the store split runs two models under one store reuse policy") {
+  auto sut = parse({"--trace", "m.jsonl", "--store-split", "shared,static", "--burst-s", "120"});
+  REQUIRE(sut.has_value());
+  CHECK(sut->store_splits == std::vector<store_split>{store_split::shared, store_split::static_halves});
+  CHECK(sut->burst_s == 120);
+  REQUIRE(sut->reuse.size() == 1); // the store policy unless --reuse names another store policy
+  CHECK(sut->reuse.front().name == "store");
+  CHECK(sut->modes == std::vector<actors::scheduler_mode>{actors::scheduler_mode::overlap});
+  auto lru = parse({"--trace", "m.jsonl", "--store-split", "static", "--reuse", "store-recency"});
+  REQUIRE(lru.has_value());
+  CHECK(lru->reuse.front().name == "store-recency");
+  CHECK(parse({"--trace", "m.jsonl", "--store-split", "shared"})->burst_s == 300);
+
+  CHECK(parse({"--trace", "t.csv", "--store-split", "shared"}).error().find(".jsonl")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--store-split", "elastic"}).error().find("'elastic'")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--store-split", "shared", "--reuse", "off,store"})
+          .error()
+          .find("--reuse store")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--store-split", "shared", "--reuse", "slot"})
+          .error()
+          .find("--reuse store")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--store-split", "shared", "--path", "both"})
+          .error()
+          .find("--store-split runs in process only")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--burst-s", "60"}).error().find("--store-split")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--store-split", "shared", "--burst-s", "0"})
+          .error()
+          .find("--burst-s")
+        != std::string::npos);
+}
+
+TEST_CASE("bench cli: snapshot, store and warm pool sizes override the profile") {
+  auto sut = parse({"--trace", "m.jsonl", "--reuse", "store", "--snapshot-bytes", "1MiB",
+                    "--store-bytes", "64MiB", "--warm-pool-bytes", "64MiB", "--time-scale", "4"});
+  REQUIRE(sut.has_value());
+  CHECK(sut->snapshot_bytes == 1ull << 20);
+  CHECK(sut->store_bytes == 64ull << 20);
+  CHECK(sut->warm_pool_bytes == 64ull << 20);
+  auto setup = load_setup(*sut);
+  REQUIRE(setup.has_value());
+  CHECK(setup->model().backend.sim.snapshot_bytes == 1ull << 20);
+  CHECK(setup->info.snapshot_bytes == 1ull << 20);
+  CHECK(setup->cfg.store.max_bytes == 64ull << 20);
+  CHECK(setup->cfg.store.warm_pool_bytes == 64ull << 20);
+  CHECK(setup->time_scale == 4);
+
+  CHECK(parse({"--trace", "m.jsonl", "--store-bytes", "4 gib"}).error().find("--store-bytes")
+        != std::string::npos);
+  CHECK(parse({"--trace", "m.jsonl", "--snapshot-bytes"}).error().find("--snapshot-bytes")
+        != std::string::npos);
+  // Checked as the configuration would be: a pool larger than the store, a
+  // store below 1 MiB, a snapshot size the sim refuses.
+  auto pool = parse({"--trace", "m.jsonl", "--store-bytes", "16MiB", "--warm-pool-bytes", "32MiB"});
+  REQUIRE(pool.has_value());
+  CHECK(load_setup(*pool).error().message.find("--warm-pool-bytes") != std::string::npos);
+  auto tiny = parse({"--trace", "m.jsonl", "--store-bytes", "4KiB"});
+  REQUIRE(tiny.has_value());
+  CHECK(load_setup(*tiny).error().exit_code == exit_code::usage);
+  auto odd = parse({"--trace", "m.jsonl", "--snapshot-bytes", "1000000"});
+  REQUIRE(odd.has_value());
+  CHECK(load_setup(*odd).error().exit_code == exit_code::config);
+}

@@ -2,6 +2,7 @@
 #include "tools/bench/bench_runner.hpp"
 #include "tools/bench/report.hpp"
 #include "tools/bench/report_json.hpp"
+#include "tools/bench/store_split.hpp"
 
 #include "tests/support/bench_profile.hpp"
 
@@ -75,4 +76,44 @@ TEST_CASE("bench runner: synthetic prompts of different requests share no reusab
   CHECK(synthetic_prompt(7, length) == prompts[7]);
   const auto shorter = synthetic_prompt(7, 10);
   CHECK(std::equal(shorter.begin(), shorter.end(), prompts[7].begin()));
+}
+
+TEST_CASE("bench runner: two models share the store and each request goes to the model it names") {
+  synthetic_options so;
+  so.requests = 12;
+  so.rate_per_s = 20;
+  so.prompt_mean = 100;
+  so.output_mean = 20;
+  auto reqs = synthetic(so, 7);
+  clamp_to_context(reqs, 512);
+  std::uint64_t want[2] = {0, 0};
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].model = i < 4 ? 0 : 1; // 4 on the first model, 8 on the second
+    want[reqs[i].model] += reqs[i].output_tokens;
+  }
+  auto cfg = split_config(test::fast_bench_profile(), store_split::static_halves);
+  REQUIRE(cfg.has_value());
+  run_options opts;
+  opts.cfg = *cfg;
+  opts.models = {cfg->models[0].name, cfg->models[1].name};
+  opts.time_scale = cfg->models.front().backend.sim.time_scale;
+  opts.timeout = std::chrono::seconds(30);
+  auto sut = run_mode(opts, actors::scheduler_mode::overlap, reqs);
+  REQUIRE(sut.has_value());
+  CHECK_FALSE(sut->timed_out);
+  REQUIRE(sut->models.size() == 2);
+  for (std::uint32_t m = 0; m < 2; ++m) {
+    CAPTURE(m);
+    CHECK(sut->models[m].name == opts.models[m]);
+    CHECK(sut->models[m].stats.finished == (m == 0 ? 4u : 8u));
+    CHECK(sut->models[m].stats.tokens_generated == want[m]);
+    CHECK(sut->models[m].peak_store_bytes <= cfg->models[m].store_cap_bytes);
+  }
+  CHECK(sut->store.models.size() == 2);
+  CHECK(sut->stats.finished == 4); // the first model's, as for a single-model run
+
+  reqs.back().model = 2; // no third model
+  auto bad = run_mode(opts, actors::scheduler_mode::overlap, reqs);
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().find("model index 2") != std::string::npos);
 }
