@@ -74,6 +74,7 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
   so.limit_bytes = cfg.store.max_bytes;
   so.retained_limit_bytes = retained_share_bytes(cfg);
   so.warm_pool_bytes = cfg.store.warm_pool_bytes;
+  so.prefault_warm_pool = cfg.store.prefault_warm_pool;
   so.value = cfg.store.eviction;
   auto store = ipc::snapshot_store::create(std::move(*arena), so);
   if (!store)

@@ -36,6 +36,9 @@ struct store_config {
   /// Freed store bytes kept committed for the next dumps (no page faults);
   /// beyond it freed ranges are returned to the OS. At most max_bytes.
   std::uint64_t warm_pool_bytes = 256ull << 20;
+  /// Commit the warm pool at start-up, so the first dumps take no page fault
+  /// either (its RAM is held from the start).
+  bool prefault_warm_pool = false;
   /// How snapshots are ranked for eviction within a class (parked, retained):
   /// cost-aware (greedy-dual, the default) or least recently used.
   ipc::eviction_value eviction = ipc::eviction_value::cost;

@@ -255,9 +255,11 @@ status parse_store(const reporter& r, const section& root, store_section& out) {
   if (*table == nullptr)
     return {};
   const section s{**table, "store"};
-  KVLANE_CONFIG_TRY(check_keys(r, s, {"max_bytes", "warm_pool_bytes", "eviction"}));
+  KVLANE_CONFIG_TRY(
+    check_keys(r, s, {"max_bytes", "warm_pool_bytes", "prefault_warm_pool", "eviction"}));
   KVLANE_CONFIG_TRY(read_bytes(r, s, "max_bytes", out.max_bytes, mib, 1ull << 44));
   KVLANE_CONFIG_TRY(read_bytes(r, s, "warm_pool_bytes", out.warm_pool_bytes, 0, 1ull << 44));
+  KVLANE_CONFIG_TRY(read_bool(r, s, "prefault_warm_pool", out.prefault_warm_pool));
   std::vector<choice<ipc::eviction_value>> values;
   for (auto v : {ipc::eviction_value::cost, ipc::eviction_value::recency})
     values.push_back({ipc::to_string(v), v});

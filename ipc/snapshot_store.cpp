@@ -96,8 +96,18 @@ snapshot_store::create(memfd_arena arena, store_options options) {
                 "retained limit " + std::to_string(retained_limit) + " exceeds the limit ("
                   + std::to_string(limit) + ")");
   const std::uint64_t warm_target = std::min(options.warm_pool_bytes, limit) / gran * gran;
-  return std::unique_ptr<snapshot_store>(new snapshot_store(
+  if (options.prefault_warm_pool && warm_target > 0)
+    if (auto r = arena.commit(0, warm_target); !r)
+      return fail(r.error().code, "committing the warm pool of " + std::to_string(warm_target)
+                                    + " bytes: " + r.error().message);
+  auto store = std::unique_ptr<snapshot_store>(new snapshot_store(
     std::move(arena), capacity, limit, gran, retained_limit, options.value, warm_target));
+  if (options.prefault_warm_pool && warm_target > 0) {
+    // The committed range is free: it is the pool (no lock needed before the store is shared).
+    store->warm_.emplace(0, warm_target);
+    store->warm_bytes_ = warm_target;
+  }
+  return store;
 }
 
 void snapshot_store::set_retained_limit(std::uint64_t bytes) {

@@ -108,6 +108,9 @@ struct store_options {
   /// fault; freed ranges beyond it are punched. Rounded down to the
   /// granularity; at most the limit. 0 = punch everything at once.
   std::uint64_t warm_pool_bytes = 0;
+  /// Commit the whole pool when the store is created, so the first dumps take
+  /// no page fault either (the pool's RAM is held from the start).
+  bool prefault_warm_pool = false;
 };
 
 /// Host time spent in one phase of the data path since the store was created.

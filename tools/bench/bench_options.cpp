@@ -77,6 +77,7 @@ what to run:
   --snapshot-bytes SIZE   sim: KV bytes of a full slot, e.g. 64MiB (overrides the profile)
   --store-bytes SIZE      [store] max_bytes, e.g. 4GiB (overrides the profile)
   --warm-pool-bytes SIZE  [store] warm_pool_bytes, e.g. 4GiB (at most the store)
+  --prefault-warm-pool    [store] prefault_warm_pool = true: commit the pool before the run
   --devices LIST          sim: run the comparison once per overlap assumption, e.g.
                           none,shared,full (side by side in the report and JSON)
   --slo-interactive T,P   interactive SLO: TTFT <= T ms and TPOT <= P ms (default 2000,200)
@@ -213,6 +214,8 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
       (a == "--snapshot-bytes" ? o.snapshot_bytes
        : a == "--store-bytes"  ? o.store_bytes
                                : o.warm_pool_bytes) = *bytes;
+    } else if (a == "--prefault-warm-pool") {
+      o.prefault_warm_pool = true;
     } else if (a == "--synthetic") {
       o.synthetic = true;
     } else if (a == "--requests") {

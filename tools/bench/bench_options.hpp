@@ -53,6 +53,7 @@ struct bench_options {
   std::optional<std::uint64_t> snapshot_bytes;  ///< sim: [model.sim] snapshot_bytes
   std::optional<std::uint64_t> store_bytes;     ///< [store] max_bytes
   std::optional<std::uint64_t> warm_pool_bytes; ///< [store] warm_pool_bytes
+  bool prefault_warm_pool = false;              ///< [store] prefault_warm_pool = true
   /// --devices: the comparison once per sim overlap assumption, side by side.
   std::vector<backends::transfer_overlap> devices;
   slo_set slo;                        ///< per-class SLOs for goodput

@@ -127,6 +127,8 @@ expected<bench_setup, bench_failure> load_setup(const bench_options& o) {
   }
   if (o.warm_pool_bytes)
     s.cfg.store.warm_pool_bytes = *o.warm_pool_bytes;
+  if (o.prefault_warm_pool)
+    s.cfg.store.prefault_warm_pool = true;
   if (o.warm_pool_bytes && *o.warm_pool_bytes > s.cfg.store.max_bytes)
     return fail(exit_code::usage,
                 fmt::format("--warm-pool-bytes ({} bytes) is larger than the store ({} bytes)",

@@ -97,6 +97,17 @@ public:
       {"sim", std::move(sim)}};
   }
 
+  toml::table store(const actors::store_config& s) {
+    toml::table t{{"max_bytes", integer(s.max_bytes, "store.max_bytes")},
+                  {"prefault_warm_pool", s.prefault_warm_pool},
+                  {"eviction", ipc::to_string(s.eviction)}};
+    // The default pool may exceed a small store (the store caps it); an
+    // explicit value may not, so such a pool is left to the default.
+    if (s.warm_pool_bytes <= s.max_bytes)
+      t.insert("warm_pool_bytes", integer(s.warm_pool_bytes, "store.warm_pool_bytes"));
+    return t;
+  }
+
   toml::table document(const daemon::config& cfg) {
     const auto& d = cfg.daemon;
     toml::table log_levels;
@@ -131,8 +142,7 @@ public:
                             {"store_share", cfg.reuse.store_share},
                             {"idle_ttl_s", cfg.reuse.idle_ttl_s},
                             {"min_prefix_tokens", cfg.reuse.min_prefix_tokens}}},
-      {"store", toml::table{{"max_bytes", integer(cfg.store.max_bytes, "store.max_bytes")},
-                            {"eviction", ipc::to_string(cfg.store.eviction)}}},
+      {"store", store(cfg.store)},
       {"clients",
        toml::table{{"socket_mode", mode(c.socket_mode)},
                    {"allow_users", principals(c.allow_users)},

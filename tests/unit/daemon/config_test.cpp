@@ -108,7 +108,7 @@ void check_same(const config& a, const config& b) {
   CHECK(a.scheduler.ewma_alpha == b.scheduler.ewma_alpha);
   CHECK(a.scheduler.faults == b.scheduler.faults);
   CHECK(a.reuse == b.reuse);
-  CHECK(a.store.max_bytes == b.store.max_bytes);
+  CHECK(a.store == b.store);
   CHECK(a.clients.socket_mode == b.clients.socket_mode);
   CHECK(a.clients.allow_users == b.clients.allow_users);
   CHECK(a.clients.allow_groups == b.clients.allow_groups);
@@ -200,6 +200,7 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.store.max_bytes == 8'589'934'592);
   CHECK(sut.store.warm_pool_bytes == 268'435'456);
   CHECK(sut.store.eviction == kvlane::ipc::eviction_value::cost);
+  CHECK_FALSE(sut.store.prefault_warm_pool);
 
   CHECK(sut.clients.socket_mode == 0666);
   CHECK(sut.clients.allow_users.empty());
@@ -331,6 +332,7 @@ give_up_steps = 0
 [store]
 max_bytes = 4294967296
 warm_pool_bytes = "1GiB"
+prefault_warm_pool = true
 eviction = "recency"
 [clients]
 socket_mode = 0o660
@@ -408,6 +410,7 @@ listen = "[::1]:9464"
   CHECK(sut.store.max_bytes == 4ull << 30);
   CHECK(sut.store.warm_pool_bytes == 1ull << 30);
   CHECK(sut.store.eviction == kvlane::ipc::eviction_value::recency);
+  CHECK(sut.store.prefault_warm_pool);
   CHECK(sut.clients.socket_mode == 0660);
   CHECK(sut.clients.allow_users == std::vector<std::string>{"alice", "1001"});
   CHECK(sut.clients.allow_groups == std::vector<std::string>{"kvlane"});

@@ -61,12 +61,13 @@ snapshot_handle park(snapshot_store& store, const snapshot_meta& meta, std::uint
 }
 
 std::unique_ptr<snapshot_store> make_pooled_store(std::uint64_t arena_bytes, std::uint64_t limit,
-                                                  std::uint64_t pool) {
+                                                  std::uint64_t pool, bool prefault = false) {
   auto arena = memfd_arena::create("kvlane-test-store", arena_bytes);
   REQUIRE(arena);
   store_options options;
   options.limit_bytes = limit;
   options.warm_pool_bytes = pool;
+  options.prefault_warm_pool = prefault;
   auto store = snapshot_store::create(std::move(*arena), options);
   REQUIRE(store);
   return std::move(*store);
@@ -802,6 +803,32 @@ TEST_CASE("snapshot_store: freed bytes stay committed up to the warm pool target
   CHECK(s.host.punched_bytes == 8 * mib);
   CHECK(s.used_bytes == 0);
   CHECK(s.largest_free_bytes == 1024 * mib);
+}
+
+TEST_CASE("snapshot_store: a prefaulted pool is committed at creation and the first dumps fault "
+          "nothing in") {
+  auto sut = make_pooled_store(1024 * mib, 0, 16 * mib, true);
+  REQUIRE(sut->register_model(0, 0, 0));
+  auto s = sut->stats();
+  CHECK(s.pool_bytes == 16 * mib);
+  CHECK(s.committed_bytes == 16 * mib);
+  CHECK(s.used_bytes == 0);
+
+  std::vector<snapshot_handle> parked;
+  for (std::uint64_t i = 0; i < 2; ++i)
+    parked.push_back(dump(*sut, meta_for(0, i), 8 * mib, std::byte{0x10}).handle);
+  s = sut->stats();
+  CHECK(s.host.committed_on_demand_bytes == 0);
+  CHECK(s.pool_bytes == 0);
+  CHECK(s.committed_bytes == 16 * mib);
+  // Past the pool, pages fault in on demand as without a prefault.
+  parked.push_back(dump(*sut, meta_for(0, 2), 8 * mib, std::byte{0x11}).handle);
+  CHECK(sut->stats().host.committed_on_demand_bytes == 8 * mib);
+  for (const auto h : parked)
+    REQUIRE(sut->free(h));
+  s = sut->stats();
+  CHECK(s.pool_bytes == 16 * mib);
+  CHECK(s.committed_bytes == 16 * mib);
 }
 
 TEST_CASE("snapshot_store: committed memory is the live snapshots plus the warm pool, through "
