@@ -94,7 +94,7 @@ bench-realsize: bench-build
 	@mkdir -p $(BENCH_DIR)
 	./$(BUILD_DIR)/kvlane-bench --trace $(BENCH_CONV_TRACE) --requests 1200 --input-scale 0.125 \
 	  --sample-conversations 0.1 --rate-scale 1 --reuse store --snapshot-bytes 64MiB \
-	  --store-bytes 4GiB --warm-pool-bytes 4GiB --time-scale 4 --path inproc \
+	  --store-bytes 4GiB --warm-pool-bytes 4GiB --prefault-warm-pool --time-scale 4 --path inproc \
 	  --json $(BENCH_DIR)/realsize.json $(BENCH_FLAGS)
 
 sanitize: bootstrap
