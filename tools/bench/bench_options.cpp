@@ -1,5 +1,7 @@
 #include "tools/bench/bench_options.hpp"
 
+#include "tools/bench/comma_list.hpp"
+
 #include "common/config_reader.hpp"
 #include "common/logging.hpp"
 
@@ -105,18 +107,6 @@ std::optional<backends::transfer_overlap> parse_overlap(std::string_view s) {
     if (backends::to_string(d) == s)
       return d;
   return std::nullopt;
-}
-
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  for (;;) {
-    auto p = s.find(sep, start);
-    out.push_back(s.substr(start, p == std::string_view::npos ? std::string_view::npos : p - start));
-    if (p == std::string_view::npos)
-      return out;
-    start = p + 1;
-  }
 }
 
 std::string shell_quote(std::string_view a) {
@@ -263,7 +253,7 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
         return fail("--modes needs a comma list of fcfs,prio-fcfs,recompute,sync,overlap,"
                     "free-transfer");
       o.modes.clear();
-      for (auto name : split(*v, ',')) {
+      for (auto name : split_list(*v, ',')) {
         auto m = actors::parse_scheduler_mode(name);
         if (!m)
           return fail(fmt::format("--modes: unknown mode '{}' (known: fcfs, prio-fcfs, recompute, "
@@ -289,7 +279,7 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
       if (!v)
         return fail("--devices needs a comma list of none,shared,full");
       o.devices.clear();
-      for (auto name : split(*v, ',')) {
+      for (auto name : split_list(*v, ',')) {
         auto d = parse_overlap(name);
         if (!d)
           return fail(fmt::format("--devices: unknown overlap '{}' (known: none, shared, full)",
@@ -350,7 +340,7 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
       if (!v)
         return fail("--sweep needs a comma list of loads, e.g. 0.5,0.75,1.0,1.25");
       o.sweep_loads.clear();
-      for (auto s : split(*v, ',')) {
+      for (auto s : split_list(*v, ',')) {
         double x = 0;
         if (!parse_number(s, x) || !(x > 0) || x > 1000)
           return fail(fmt::format("--sweep: '{}' is not a positive load", s));

@@ -1,5 +1,7 @@
 #include "tools/bench/reuse_variant.hpp"
 
+#include "tools/bench/comma_list.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,11 +18,7 @@ expected<std::vector<reuse_variant>, std::string> parse_reuse_list(std::string_v
     {"store-recency", reuse_mode::store, eviction_value::recency},
   };
   std::vector<reuse_variant> out;
-  std::size_t start = 0;
-  for (;;) {
-    const auto comma = list.find(',', start);
-    const auto name = list.substr(start, comma == std::string_view::npos ? std::string_view::npos
-                                                                         : comma - start);
+  for (const auto name : split_list(list)) {
     auto it = std::find_if(std::begin(known), std::end(known),
                            [&](const reuse_variant& v) { return v.name == name; });
     if (it == std::end(known))
@@ -29,10 +27,8 @@ expected<std::vector<reuse_variant>, std::string> parse_reuse_list(std::string_v
                                     name));
     if (std::find(out.begin(), out.end(), *it) == out.end())
       out.push_back(*it);
-    if (comma == std::string_view::npos)
-      return out;
-    start = comma + 1;
   }
+  return out;
 }
 
 } // namespace kvlane::tools::bench

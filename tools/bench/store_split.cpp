@@ -1,5 +1,7 @@
 #include "tools/bench/store_split.hpp"
 
+#include "tools/bench/comma_list.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,11 +22,7 @@ std::string_view to_string(store_split s) noexcept {
 
 expected<std::vector<store_split>, std::string> parse_store_split_list(std::string_view list) {
   std::vector<store_split> out;
-  std::size_t start = 0;
-  for (;;) {
-    const auto comma = list.find(',', start);
-    const auto name = list.substr(start, comma == std::string_view::npos ? std::string_view::npos
-                                                                         : comma - start);
+  for (const auto name : split_list(list)) {
     store_split s{};
     if (name == "shared")
       s = store_split::shared;
@@ -34,10 +32,8 @@ expected<std::vector<store_split>, std::string> parse_store_split_list(std::stri
       return unexpected(fmt::format("unknown store split '{}' (known: shared, static)", name));
     if (std::find(out.begin(), out.end(), s) == out.end())
       out.push_back(s);
-    if (comma == std::string_view::npos)
-      return out;
-    start = comma + 1;
   }
+  return out;
 }
 
 std::string split_model_name(std::string_view base, std::uint32_t index) {

@@ -2,6 +2,8 @@
 #include "tools/bench/report_json.hpp"
 #include "tools/bench/reuse_variant.hpp"
 
+#include "tests/support/fake_run.hpp"
+
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -13,19 +15,7 @@ namespace {
 
 // Four requests; the last two had a prefix seen before. TTFTs 100, 200, 300, 400 x scale.
 run_result fake_run(double ttft_scale, std::uint64_t reused) {
-  run_result r;
-  r.time_scale = 10;
-  r.wall_ms = 1000; // 10 simulated seconds
-  for (std::uint32_t i = 0; i < 4; ++i) {
-    request_outcome o;
-    o.index = i;
-    o.prompt_tokens = 100;
-    o.output_tokens = o.generated = 50;
-    o.submitted = o.ended = true;
-    o.reason = actors::end_reason::length;
-    o.ttft_ms = ttft_scale * 100 * (i + 1);
-    r.requests.push_back(o);
-  }
+  auto r = test::four_request_run(ttft_scale);
   r.stats.reused_tokens = reused;
   r.stats.prefill_tokens = 400 - reused;
   r.stats.loads = 3;

@@ -4,6 +4,8 @@
 #include "tools/bench/report_json.hpp"
 #include "tools/bench/store_split.hpp"
 
+#include "tests/support/fake_run.hpp"
+
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -142,19 +144,7 @@ namespace {
 
 // A split run: requests 0 and 1 on model 0, 2 and 3 on model 1; TTFT 100 x (i + 1).
 run_result fake_split_run(std::uint64_t reused_a, std::uint64_t reused_b) {
-  run_result r;
-  r.time_scale = 10;
-  r.wall_ms = 1000; // 10 simulated seconds
-  for (std::uint32_t i = 0; i < 4; ++i) {
-    request_outcome o;
-    o.index = i;
-    o.prompt_tokens = 100;
-    o.output_tokens = o.generated = 50;
-    o.submitted = o.ended = true;
-    o.reason = actors::end_reason::length;
-    o.ttft_ms = 100.0 * (i + 1);
-    r.requests.push_back(o);
-  }
+  auto r = test::four_request_run();
   model_run a{"m-a", {}, 3 << 20};
   a.stats.reused_tokens = reused_a;
   a.stats.loads = 2;
