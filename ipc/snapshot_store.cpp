@@ -193,12 +193,15 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
         evicted_snapshot{snapshot_handle{v, e.generation}, e.meta, e.size, reason});
       double& inflation = inflation_[e.meta.retained ? 1 : 0];
       inflation = std::max(inflation, e.credit);
+      model_account& owner = models_.at(e.meta.model_index); // detach_locked relies on it too
       if (e.meta.retained) {
         ++retained_evictions_;
+        ++owner.retained_evictions;
         if (reason == evict_reason::retained_share)
           ++retained_share_evictions_;
       } else {
         ++parked_evictions_;
+        ++owner.parked_evictions;
       }
       const std::uint64_t prefix = committed_prefix(e);
       const extent x = detach_locked(v);
@@ -633,8 +636,9 @@ store_stats snapshot_store::stats() const {
     for (const auto& [offset, size] : free_)
       s.largest_free_bytes = std::max(s.largest_free_bytes, size);
     for (const auto& [index, account] : models_)
-      s.models.push_back(
-        model_usage{index, account.floor, account.cap, account.used, account.snapshots});
+      s.models.push_back(model_usage{index, account.floor, account.cap, account.used,
+                                     account.snapshots, account.parked_evictions,
+                                     account.retained_evictions});
   }
   // fstat of our own memfd cannot fail short of a kernel bug; 0 keeps stats total.
   const auto committed = arena_.committed_bytes();

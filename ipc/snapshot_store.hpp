@@ -137,6 +137,8 @@ struct model_usage {
   std::uint64_t cap_bytes = 0; ///< 0 = no cap
   std::uint64_t used_bytes = 0;
   std::uint64_t snapshots = 0;
+  std::uint64_t parked_evictions = 0;   ///< this model's parked snapshots the store evicted
+  std::uint64_t retained_evictions = 0; ///< this model's retained snapshots the store evicted
 };
 
 struct store_stats {
@@ -259,6 +261,8 @@ private:
     std::uint64_t cap = 0;
     std::uint64_t used = 0;
     std::uint64_t snapshots = 0;
+    std::uint64_t parked_evictions = 0;
+    std::uint64_t retained_evictions = 0;
   };
 
   struct placement {

@@ -246,6 +246,10 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
   result.stats = result.models.front().stats;
   result.store = engine->store_stats();
   result.retained_evictions = result.store.retained_evictions;
+  for (std::size_t m = 0; m < entries.size(); ++m)
+    for (const auto& u : result.store.models)
+      if (u.model_index == entries[m]->index)
+        result.models[m].retained_evictions = u.retained_evictions;
   result.mean_slots_busy = gauges.mean_slots_busy();
   if (entry->info.kind == "sim") {
     // Every step pays the base cost; every token carried pays the per-token

@@ -112,6 +112,9 @@ struct model_run {
   /// The store bytes the model held at its highest, sampled every
   /// run_options::sample_interval (the store keeps no per-model peak).
   std::uint64_t peak_store_bytes = 0;
+  /// Its retained snapshots the store evicted (the store's count: exact even
+  /// when the model never learns of an eviction).
+  std::uint64_t retained_evictions = 0;
 };
 
 struct run_result {

@@ -288,11 +288,9 @@ json report_json(const bench_report& r) {
         x["offered_load"] = json_figure(m.offered_load);
         x["store_floor_bytes"] = m.floor_bytes;
         x["store_cap_bytes"] = m.cap_bytes;
-        x["retained_lost"] = m.retained_lost;
         models[m.figures.policy] = std::move(x);
       }
       auto total = reuse_json(s.total);
-      total["retained_lost"] = s.retained_lost;
       split[std::string{to_string(s.split)}] =
         json{{"models", std::move(models)}, {"both", std::move(total)}};
     }

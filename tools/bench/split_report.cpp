@@ -68,7 +68,7 @@ split_summary summarize_split(store_split split, const run_result& r,
     auto p = project(r, requests, m);
     p.run.stats = mr.stats;
     p.run.peak_store_bytes = mr.peak_store_bytes;
-    p.run.retained_evictions = mr.stats.retained_lost;
+    p.run.retained_evictions = mr.retained_evictions;
     split_model out;
     out.figures = summarize_reuse(mr.name, p.run, p.requests);
     out.requests = p.requests.size();
@@ -82,8 +82,6 @@ split_summary summarize_split(store_split split, const run_result& r,
         out.floor_bytes = c.store_floor_bytes;
         out.cap_bytes = c.store_cap_bytes;
       }
-    out.retained_lost = mr.stats.retained_lost;
-    s.retained_lost += out.retained_lost;
     s.models.push_back(std::move(out));
   }
   auto all = project(r, requests, std::nullopt);
@@ -91,7 +89,6 @@ split_summary summarize_split(store_split split, const run_result& r,
   all.run.peak_store_bytes = r.peak_store_bytes;
   all.run.retained_evictions = r.retained_evictions;
   s.total = summarize_reuse("both", all.run, all.requests);
-  s.store_retained_evictions = r.retained_evictions;
   return s;
 }
 
@@ -177,12 +174,7 @@ std::string format_split(const std::vector<split_summary>& runs) {
   row("loads / dumps", [&](const column& c) {
     return fmt::format("{} / {}", fig(c).loads, fig(c).dumps);
   });
-  row("retained lost (model's count)", [&](const column& c) {
-    return std::to_string(c.model ? c.model->retained_lost : c.run->retained_lost);
-  });
-  row("retained evictions (store)", [&](const column& c) {
-    return c.model ? std::string{"-"} : std::to_string(c.run->store_retained_evictions);
-  });
+  row("retained evictions", [&](const column& c) { return std::to_string(fig(c).retained_evictions); });
   row("peak store MiB", [&](const column& c) { return mib(fig(c).peak_store_bytes); });
   row("completed / failed", [&](const column& c) {
     return fmt::format("{} / {}{}", fig(c).completed, fig(c).failed,

@@ -9,11 +9,9 @@
 // would reuse, TTFT of the requests with a reusable prefix, transfers, the
 // store bytes each model held at its highest.
 //
-// Per model, "retained lost" is the model's scheduler's count of its
-// retained entries the store evicted or that failed to load: an eviction made
-// by the other model's reservation is counted only once the owner notices it
-// (at its next load of that entry), so the per-model counts may undercount;
-// the store's own count of retained evictions (exact) is given for the run.
+// Retained evictions are the store's own counts (store_stats::models), per
+// model and for both: exact, including evictions that the other model's
+// reservations made and the owner never noticed.
 //
 // Threading: plain functions over values.
 
@@ -36,7 +34,6 @@ struct split_model {
   std::size_t conversations = 0;
   double offered_load = 0; ///< of its requests, against one model's capacity
   std::uint64_t floor_bytes = 0, cap_bytes = 0; ///< as configured (0 = none)
-  std::uint64_t retained_lost = 0; ///< the model's scheduler's count (see above)
 };
 
 /// One way of sharing the store.
@@ -44,8 +41,6 @@ struct split_summary {
   store_split split = store_split::shared;
   std::vector<split_model> models;   ///< in model order
   reuse_summary total;               ///< both models together; peak store bytes of the store
-  std::uint64_t retained_lost = 0;   ///< summed over the models
-  std::uint64_t store_retained_evictions = 0; ///< the store's exact count
 };
 
 /// Reads `r`, the run of `requests` (trace_request::model says whose) on the

@@ -465,6 +465,46 @@ TEST_CASE("snapshot_store: a model at its cap evicts its own snapshots, not anot
   CHECK(too_big.error().code == store_errc::too_large);
 }
 
+TEST_CASE("snapshot_store: evictions are counted per model and class, and add up to the totals") {
+  // 8 MiB limit, two models without floors or caps: whoever reserves evicts the cheapest.
+  auto sut = make_store(64 * mib, 8 * mib);
+  REQUIRE(sut->register_model(0, 0, 0));
+  REQUIRE(sut->register_model(1, 0, 0));
+  auto retained = [](std::uint32_t model, std::uint64_t sequence) {
+    auto m = meta_for(model, sequence);
+    m.retained = true;
+    return m;
+  };
+  park(*sut, retained(0, 1), 2 * mib); // model 0, retained
+  park(*sut, meta_for(0, 2), 2 * mib); // model 0, parked
+  park(*sut, retained(1, 3), 2 * mib); // model 1, retained
+  park(*sut, meta_for(1, 4), 2 * mib); // model 1, parked
+  // Three more of model 1: the two retained snapshots go first (least
+  // valuable class), then a parked one.
+  std::vector<evicted_snapshot> evicted;
+  for (std::uint64_t i = 5; i < 8; ++i) {
+    std::vector<evicted_snapshot> now;
+    park(*sut, meta_for(1, i, 200), 2 * mib, std::byte{1}, &now);
+    evicted.insert(evicted.end(), now.begin(), now.end());
+  }
+  REQUIRE(evicted.size() == 3);
+  const auto s = sut->stats();
+  CHECK(s.retained_evictions == 2);
+  CHECK(s.parked_evictions == 1);
+  std::uint64_t retained_sum = 0, parked_sum = 0;
+  for (const auto& m : s.models) {
+    CHECK(m.retained_evictions == 1); // one retained snapshot of each model
+    retained_sum += m.retained_evictions;
+    parked_sum += m.parked_evictions;
+  }
+  CHECK(retained_sum == s.retained_evictions);
+  CHECK(parked_sum == s.parked_evictions);
+  std::uint64_t parked_of_evicted_models = 0;
+  for (const auto& e : evicted)
+    parked_of_evicted_models += !e.meta.retained;
+  CHECK(parked_of_evicted_models == 1);
+}
+
 TEST_CASE("snapshot_store: another model's floor is protected from eviction and kept free for it") {
   auto sut = make_store(64 * mib, 8 * mib);
   REQUIRE(sut->register_model(0, 0, 0));
