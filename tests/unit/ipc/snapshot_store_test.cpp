@@ -813,8 +813,15 @@ TEST_CASE("snapshot_store: concurrent owners reserve, seal, verify and free with
       if (!data || !sut->verify(r->handle)
           || std::any_of(data->begin(), data->end(), [&](std::byte b) { return b != fill; }))
         ++failures;
-      if (!sut->unpin(r->handle) || (i % 2 == 0 && !sut->free(r->handle)))
+      if (!sut->unpin(r->handle))
         ++failures;
+      if (i % 2 == 0) {
+        // Unpinned, it may have been evicted by the other thread already: a
+        // stale handle is the only error free() may report.
+        auto freed = sut->free(r->handle);
+        if (!freed && freed.error().code != store_errc::stale)
+          ++failures;
+      }
     }
   };
   std::thread t1(worker, 1);
