@@ -10,9 +10,11 @@ using namespace kvlane;
 
 namespace {
 
-// A sim whose step and transfer both last a few wall milliseconds, so the
-// overlap measurement takes well under a second. Memory copies are kept small
-// (64 KiB snapshots) so the modeled time dominates the real work.
+// A sim whose step and transfer both last 20 wall milliseconds: long enough
+// that a scheduling hiccup of a loaded machine (a few ms) barely moves the
+// overlap figure, short enough that a probe takes about a second. Memory
+// copies are kept small (64 KiB snapshots) so the modeled time dominates the
+// real work.
 backends::sim_options probe_sim(backends::transfer_overlap overlap) {
   backends::sim_options o;
   o.slots = 4;
@@ -25,7 +27,7 @@ backends::sim_options probe_sim(backends::transfer_overlap overlap) {
   o.dump_max_ms = 40;
   o.load_min_ms = 40;
   o.load_max_ms = 40;
-  o.time_scale = 10; // 40 device ms = 4 wall ms
+  o.time_scale = 2; // 40 device ms = 20 wall ms
   o.overlap = overlap;
   return o;
 }
