@@ -38,6 +38,7 @@ std::optional<retained_id> retention::retain(prefix_scope scope,
   e.slot = slot;
   e.last_use = now;
   entries_.emplace(id, std::move(e));
+  by_use_.emplace(now, id);
   return id;
 }
 
@@ -65,7 +66,9 @@ std::optional<retained_match> retention::match(prefix_scope scope,
 void retention::use(retained_id id, std::chrono::steady_clock::time_point now) {
   if (const auto it = entries_.find(id); it != entries_.end()) {
     ++it->second.hits;
+    by_use_.erase({it->second.last_use, id});
     it->second.last_use = now;
+    by_use_.emplace(now, id);
   }
 }
 
@@ -89,8 +92,12 @@ bool retention::dump_finished(retained_id id, std::optional<ipc::snapshot_handle
     return false;
   it->second.dumping = false;
   it->second.slot.reset();
-  if (snapshot)
+  if (snapshot) {
+    if (it->second.snapshot)
+      by_snapshot_.erase(snapshot_key(*it->second.snapshot));
     it->second.snapshot = snapshot;
+    by_snapshot_[snapshot_key(*snapshot)] = id;
+  }
   drop_if_empty(id);
   return true;
 }
@@ -99,6 +106,8 @@ void retention::snapshot_lost(retained_id id) {
   const auto it = entries_.find(id);
   if (it == entries_.end())
     return;
+  if (it->second.snapshot)
+    by_snapshot_.erase(snapshot_key(*it->second.snapshot));
   it->second.snapshot.reset();
   drop_if_empty(id);
 }
@@ -110,18 +119,25 @@ std::optional<retained_entry> retention::erase(retained_id id) {
   retained_entry e = std::move(it->second);
   entries_.erase(it);
   index_.erase(id);
+  by_use_.erase({e.last_use, id});
+  if (e.snapshot)
+    by_snapshot_.erase(snapshot_key(*e.snapshot));
   return e;
 }
 
 std::optional<retained_id> retention::coldest_warm() const {
-  const retained_entry* best = nullptr;
-  for (const auto& [id, e] : entries_)
-    if (e.slot && !e.dumping && (best == nullptr || e.last_use < best->last_use
-                                 || (e.last_use == best->last_use && e.id < best->id)))
-      best = &e;
-  if (best == nullptr)
+  // Warm entries are at most one per slot; the walk passes only colder
+  // entries that are stored or being dumped.
+  for (const auto& [t, id] : by_use_)
+    if (const auto& e = entries_.at(id); e.slot && !e.dumping)
+      return id;
+  return std::nullopt;
+}
+
+std::optional<std::chrono::steady_clock::time_point> retention::oldest_use() const {
+  if (by_use_.empty())
     return std::nullopt;
-  return best->id;
+  return by_use_.begin()->first;
 }
 
 std::vector<retained_id> retention::idle_since(std::chrono::steady_clock::time_point now,
@@ -129,17 +145,18 @@ std::vector<retained_id> retention::idle_since(std::chrono::steady_clock::time_p
   std::vector<retained_id> out;
   if (ttl.count() <= 0)
     return out;
-  for (const auto& [id, e] : entries_)
-    if (now - e.last_use > ttl)
-      out.push_back(id);
+  for (const auto& [t, id] : by_use_) {
+    if (now - t <= ttl)
+      break;
+    out.push_back(id);
+  }
   std::sort(out.begin(), out.end());
   return out;
 }
 
 std::optional<retained_id> retention::by_snapshot(ipc::snapshot_handle h) const {
-  for (const auto& [id, e] : entries_)
-    if (e.snapshot && *e.snapshot == h)
-      return id;
+  if (const auto it = by_snapshot_.find(snapshot_key(h)); it != by_snapshot_.end())
+    return it->second;
   return std::nullopt;
 }
 

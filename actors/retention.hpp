@@ -28,9 +28,11 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kvlane::actors {
@@ -117,10 +119,14 @@ public:
   /// can free what it held.
   std::optional<retained_entry> erase(retained_id id);
 
-  /// The least recently used warm entry whose slot is not being dumped.
+  /// The least recently used warm entry whose slot is not being dumped
+  /// (ties: the lower id).
   std::optional<retained_id> coldest_warm() const;
 
-  /// Entries idle for longer than `ttl` (none if ttl is zero).
+  /// The last use of the least recently used entry; nullopt when empty.
+  std::optional<std::chrono::steady_clock::time_point> oldest_use() const;
+
+  /// Entries idle for longer than `ttl` (none if ttl is zero), by id.
   std::vector<retained_id> idle_since(std::chrono::steady_clock::time_point now,
                                       std::chrono::milliseconds ttl) const;
 
@@ -133,12 +139,22 @@ public:
   std::size_t size() const noexcept { return entries_.size(); }
 
 private:
+  using use_key = std::pair<std::chrono::steady_clock::time_point, retained_id>;
+
   void drop_if_empty(retained_id id);
+  static std::uint64_t snapshot_key(ipc::snapshot_handle h) noexcept {
+    return (std::uint64_t{h.index} << 32) | h.generation;
+  }
 
   prefix_index index_;
   std::uint32_t min_prefix_;
   retained_id next_id_ = 1;
   std::unordered_map<retained_id, retained_entry> entries_;
+  // Indexes kept with entries_, so the per-event questions (the coldest warm
+  // entry, the next to expire, whose snapshot the store evicted) do not walk
+  // every entry.
+  std::set<use_key> by_use_;                                   ///< every entry, by last use
+  std::unordered_map<std::uint64_t, retained_id> by_snapshot_; ///< entries with a stored copy
 };
 
 } // namespace kvlane::actors

@@ -371,12 +371,9 @@ public:
   /// has nothing else to do (expiry at scheduling events alone would keep it
   /// forever there). At most one timer counts: the earliest armed.
   void arm_expiry() {
-    if (st_.reuse.idle_ttl_s == 0 || st_.retained.size() == 0)
+    const auto oldest = st_.retained.oldest_use();
+    if (st_.reuse.idle_ttl_s == 0 || !oldest)
       return;
-    std::optional<clock::time_point> oldest;
-    for (const auto id : st_.retained.ids())
-      if (const auto* e = st_.retained.find(id); !oldest || e->last_use < *oldest)
-        oldest = e->last_use;
     const auto due = *oldest + std::chrono::seconds(st_.reuse.idle_ttl_s);
     if (st_.expiry_due && *st_.expiry_due <= due)
       return;

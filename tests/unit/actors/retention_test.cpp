@@ -153,4 +153,40 @@ TEST_CASE("retention: the coldest warm entry and idle entries by last use") {
   REQUIRE(gone);
   CHECK(gone->slot == 1u);
   CHECK(sut.ids() == std::vector<retained_id>{*a, *c});
+  // The next to expire is the least recently used of those left.
+  CHECK(sut.oldest_use() == t0 + 2s);
+  (void)sut.erase(*c);
+  CHECK(sut.oldest_use() == t0 + 3s);
+  (void)sut.erase(*a);
+  CHECK_FALSE(sut.oldest_use().has_value());
+  CHECK_FALSE(sut.coldest_warm().has_value());
+}
+
+TEST_CASE("retention: a snapshot names its entry only while the entry holds it") {
+  retention sut(8, 8);
+  std::vector<superseded> dropped;
+  const auto a = sut.retain(alice, run(16, 1), 0, {}, t0, dropped);
+  const auto b = sut.retain(alice, run(16, 100), 1, {}, t0, dropped);
+  const auto c = sut.retain(alice, run(16, 200), 2, {}, t0, dropped);
+  for (const auto id : {a, b, c})
+    sut.dump_started(*id);
+  REQUIRE(sut.dump_finished(*a, snapshot_handle{1, 1}));
+  REQUIRE(sut.dump_finished(*b, snapshot_handle{2, 1}));
+  REQUIRE(sut.dump_finished(*c, snapshot_handle{3, 1}));
+  CHECK(sut.by_snapshot(snapshot_handle{2, 1}) == b);
+  // Another generation of the same store slot is another snapshot.
+  CHECK_FALSE(sut.by_snapshot(snapshot_handle{2, 2}).has_value());
+  // Lost (the entry had no other copy, so it goes), erased, superseded.
+  sut.snapshot_lost(*a);
+  CHECK_FALSE(sut.by_snapshot(snapshot_handle{1, 1}).has_value());
+  CHECK(sut.find(*a) == nullptr);
+  (void)sut.erase(*b);
+  CHECK_FALSE(sut.by_snapshot(snapshot_handle{2, 1}).has_value());
+  const auto longer = sut.retain(alice, concat(run(16, 200), run(8, 500)), 2, {}, t0 + 1s, dropped);
+  REQUIRE(longer);
+  REQUIRE(dropped.size() == 1);
+  CHECK(dropped[0].id == *c);
+  CHECK(dropped[0].snapshot == snapshot_handle{3, 1});
+  CHECK_FALSE(sut.by_snapshot(snapshot_handle{3, 1}).has_value());
+  CHECK(sut.oldest_use() == t0 + 1s);
 }
