@@ -21,13 +21,7 @@ using json = nlohmann::json;
 namespace {
 
 std::vector<trace_request> ten_requests() {
-  synthetic_options so;
-  so.requests = 10;
-  so.rate_per_s = 20;
-  so.prompt_mean = 100;
-  so.output_mean = 20;
-  auto reqs = synthetic(so, 5);
-  clamp_to_context(reqs, 512);
+  auto reqs = test::small_synthetic(10, 5);
   mark_interactive(reqs, 0.3, 5);
   return reqs;
 }

@@ -15,13 +15,7 @@ using namespace kvlane;
 using namespace kvlane::tools::bench;
 
 TEST_CASE("bench runner: ten synthetic requests complete in two modes and report every field") {
-  synthetic_options so;
-  so.requests = 10;
-  so.rate_per_s = 20;
-  so.prompt_mean = 100;
-  so.output_mean = 20;
-  auto reqs = synthetic(so, 5);
-  clamp_to_context(reqs, 512);
+  auto reqs = test::small_synthetic(10, 5);
   mark_interactive(reqs, 0.3, 5);
 
   run_options opts;
@@ -79,13 +73,7 @@ TEST_CASE("bench runner: synthetic prompts of different requests share no reusab
 }
 
 TEST_CASE("bench runner: two models share the store and each request goes to the model it names") {
-  synthetic_options so;
-  so.requests = 12;
-  so.rate_per_s = 20;
-  so.prompt_mean = 100;
-  so.output_mean = 20;
-  auto reqs = synthetic(so, 7);
-  clamp_to_context(reqs, 512);
+  auto reqs = test::small_synthetic(12, 7);
   std::uint64_t want[2] = {0, 0};
   for (std::size_t i = 0; i < reqs.size(); ++i) {
     reqs[i].model = i < 4 ? 0 : 1; // 4 on the first model, 8 on the second
