@@ -36,6 +36,10 @@ workload:
                           conversations (requests sharing their first non-system block)
   --users WHO             Mooncake: conversation (one user per conversation, default) or
                           one (a single user sends them all); reuse is scoped per user
+  --turns causal|open     Mooncake: causal (default) sends a turn at its trace time or,
+                          if later, when the previous turn of its conversation ended (no
+                          prompt quotes an answer that does not exist yet); open sends
+                          every request at its trace time
   --synthetic             Poisson arrivals instead of a trace
   --rate R                synthetic: requests per simulated second (default 1)
   --prompt-mean X         synthetic: mean prompt tokens (default 512)
@@ -139,7 +143,7 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
   for (auto a : args)
     o.command_line += " " + shell_quote(a);
   auto fail = [](std::string msg) { return unexpected(std::move(msg)); };
-  bool sample_given = false, users_given = false, burst_given = false;
+  bool sample_given = false, users_given = false, turns_given = false, burst_given = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto a = args[i];
     auto value = [&]() -> std::optional<std::string_view> {
@@ -176,6 +180,12 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
         return fail("--users needs conversation or one");
       o.users = *u;
       users_given = true;
+    } else if (a == "--turns") {
+      auto v = value();
+      if (!v || (*v != "causal" && *v != "open"))
+        return fail("--turns needs causal or open");
+      o.causal_turns = *v == "causal";
+      turns_given = true;
     } else if (a == "--reuse") {
       auto v = value();
       if (!v)
@@ -382,8 +392,8 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
   if (!o.synthetic && o.trace_path.empty())
     return fail("give --trace PATH or --synthetic (see --help)");
   const bool mooncake = !o.synthetic && is_mooncake_trace(o.trace_path);
-  if ((sample_given || users_given) && !mooncake)
-    return fail("--sample-conversations and --users need a Mooncake conversation trace "
+  if ((sample_given || users_given || turns_given) && !mooncake)
+    return fail("--sample-conversations, --users and --turns need a Mooncake conversation trace "
                 "(--trace FILE.jsonl)");
   if (burst_given && o.store_splits.empty())
     return fail("--burst-s applies to --store-split");

@@ -34,6 +34,10 @@ struct bench_options {
   double input_scale = 1.0;           ///< multiplies prompt lengths (and a Mooncake block)
   double sample_conversations = 1.0;  ///< Mooncake: share of conversations kept, seeded
   trace_users users = trace_users::conversation; ///< Mooncake: who sends each conversation
+  /// Mooncake: a turn is not sent before the previous turn of its
+  /// conversation has ended (--turns causal, the default) or goes at its
+  /// trace time regardless (--turns open).
+  bool causal_turns = true;
   /// --reuse: the reuse policies compared (instead of the modes), in order.
   std::vector<reuse_variant> reuse;
   /// --store-split: two models from the profile's model share the store; the

@@ -1,4 +1,5 @@
 #include "tools/bench/bench_runner.hpp"
+#include "tools/bench/turn_gate.hpp"
 
 #include "actors/engine.hpp"
 #include "common/elapsed.hpp"
@@ -30,6 +31,7 @@ struct collector {
   clock::time_point start;
   clock::time_point last_end;
   double time_scale = 1;
+  std::shared_ptr<turn_gate> gate; ///< told of every end (outside the lock)
 };
 
 class bench_sink final : public actors::stream_sink {
@@ -61,6 +63,8 @@ public:
       ++c_->ended;
     }
     c_->cv.notify_all();
+    if (c_->gate)
+      c_->gate->ended(index_);
   }
 
 private:
@@ -89,6 +93,12 @@ std::vector<backends::token_id> prompt_of(const trace_request& r, std::uint32_t 
     return synthetic_prompt(index, r.prompt_tokens);
   const auto n = std::min<std::size_t>(r.prompt_tokens, r.prompt->size());
   return {r.prompt->begin(), r.prompt->begin() + static_cast<std::ptrdiff_t>(n)};
+}
+
+void note_unsent(std::vector<request_outcome>& outcomes) {
+  for (auto& o : outcomes)
+    if (!o.submitted && o.error.empty())
+      o.error = "not sent: the run's time bound passed before its previous turn ended";
 }
 
 expected<run_result, std::string> run_mode(const run_options& opts, actors::scheduler_mode mode,
@@ -173,16 +183,23 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
     }
   }};
 
-  // The driver: every request at its arrival time.
+  // The wall bound on the run: sending and waiting for the ends.
+  auto bound = opts.timeout;
+  if (bound.count() == 0) {
+    const double span_ms = requests.empty() ? 0 : requests.back().arrival_s * 1000.0 / ts;
+    bound = std::chrono::milliseconds(60000 + static_cast<std::int64_t>(4 * span_ms));
+  }
+
+  // The driver: every request at its arrival time, a held turn when its
+  // previous turn ends (turn_gate).
   col->start = start;
   col->last_end = start;
+  col->gate = std::make_shared<turn_gate>(requests, start, ts);
   std::size_t submitted = 0;
-  for (std::size_t i = 0; i < requests.size(); ++i) {
+  while (const auto next = col->gate->next(start + bound)) {
+    const std::size_t i = next->index;
     const auto& r = requests[i];
-    const auto due = start + std::chrono::duration_cast<clock::duration>(
-                               std::chrono::duration<double, std::milli>(r.arrival_s * 1000.0 / ts));
-    std::this_thread::sleep_until(due);
-    result.max_submit_lag_ms = std::max(result.max_submit_lag_ms, ms_between(due, clock::now()));
+    result.max_submit_lag_ms = std::max(result.max_submit_lag_ms, ms_between(next->due, clock::now()));
     actors::submit_request req;
     req.model = names[r.model];
     req.client = "bench";
@@ -194,26 +211,28 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
     req.stop_at_eos = false;
     auto sink = std::make_shared<bench_sink>(col, i);
     auto id = engine->submit(std::move(req), sink);
-    std::lock_guard lock{col->mutex};
-    auto& o = result.requests[i];
-    if (id) {
-      o.submitted = true;
-      ++submitted;
-    } else {
-      o.error = fmt::format("submit failed: {} ({})", id.error().message,
-                            actors::to_string(id.error().code));
+    {
+      std::lock_guard lock{col->mutex};
+      auto& o = result.requests[i];
+      if (next->held)
+        o.held_ms = std::max(0.0, ms_between(start, next->due) * ts - r.arrival_s * 1000.0);
+      if (id) {
+        o.submitted = true;
+        ++submitted;
+      } else {
+        o.error = fmt::format("submit failed: {} ({})", id.error().message,
+                              actors::to_string(id.error().code));
+      }
     }
+    if (!id)
+      col->gate->ended(i); // its next turn goes on without it
   }
+  note_unsent(result.requests);
   if (opts.progress)
     opts.progress(fmt::format("{}: all {} requests submitted ({} accepted), waiting for the ends",
                               actors::to_string(mode), requests.size(), submitted));
 
   // Wait for every accepted request to end, within the bound.
-  auto bound = opts.timeout;
-  if (bound.count() == 0) {
-    const double span_ms = requests.empty() ? 0 : requests.back().arrival_s * 1000.0 / ts;
-    bound = std::chrono::milliseconds(60000 + static_cast<std::int64_t>(4 * span_ms));
-  }
   {
     std::unique_lock lock{col->mutex};
     result.timed_out =

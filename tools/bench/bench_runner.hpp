@@ -41,6 +41,9 @@ struct request_outcome {
   std::uint32_t prompt_tokens = 0;
   std::uint32_t output_tokens = 0; ///< requested
   double arrival_s = 0;            ///< planned, simulated seconds
+  /// Simulated ms it was sent after its trace time because the previous turn
+  /// of its conversation had not ended (causal turns, turn_gate); 0 if not held.
+  double held_ms = 0;
   bool submitted = false;
   bool ended = false;
   actors::end_reason reason = actors::end_reason::error;
@@ -154,5 +157,9 @@ std::vector<backends::token_id> synthetic_prompt(std::uint32_t index, std::uint3
 /// The tokens request `index` sends: the first prompt_tokens of its own
 /// prompt, or synthetic_prompt when it has none.
 std::vector<backends::token_id> prompt_of(const trace_request& r, std::uint32_t index);
+
+/// After the driver stops: every request it never sent (the run's bound
+/// passed while its previous turn had not ended) gets an error saying so.
+void note_unsent(std::vector<request_outcome>& outcomes);
 
 } // namespace kvlane::tools::bench

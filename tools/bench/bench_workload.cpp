@@ -57,11 +57,15 @@ expected<bench_workload, bench_failure> prepare_workload(const bench_options& o,
                     "conversations",
                     o.trace_path, o.sample_conversations, o.seed, cw.conversations)});
     w.base = std::move(cw.requests);
+    if (!o.causal_turns)
+      for (auto& r : w.base)
+        r.previous_turn = -1;
     ctx.workload_source = "trace";
     ctx.trace_path = o.trace_path;
     ctx.trace_format = "mooncake";
     ctx.conversations = conversation_context{cw.conversations, cw.kept_conversations, cw.block_tokens,
-                         std::string{to_string(o.users)}, o.sample_conversations, t->size()};
+                         std::string{to_string(o.users)}, o.sample_conversations, t->size(),
+                         o.causal_turns ? "causal" : "open"};
   } else {
     auto t = load_trace(o.trace_path, o.requests);
     if (!t)

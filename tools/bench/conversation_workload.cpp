@@ -79,12 +79,14 @@ conversation_workload build_conversation_workload(std::span<const mooncake_reque
   w.block_tokens = scaled(mooncake_block_tokens, o.input_scale);
   const auto conv = conversation_ids(requests);
   std::vector<signed char> kept; // per conversation: -1 undecided, 0 dropped, 1 kept
+  std::vector<std::int32_t> last_turn; // per conversation: its latest request so far, or -1
   std::optional<double> first_s;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const auto& m = requests[i];
     const auto c = conv[i];
     if (c >= kept.size()) {
       kept.resize(c + 1, -1);
+      last_turn.resize(c + 1, -1);
       const auto key = key_of(m, i);
       // Solo requests draw on their position, in a separate stream of the seed.
       kept[c] = keep_conversation(key.value, o.sample, key.solo ? ~o.seed : o.seed) ? 1 : 0;
@@ -99,6 +101,8 @@ conversation_workload build_conversation_workload(std::span<const mooncake_reque
     r.output_tokens = m.output_length;
     r.owner = o.users == trace_users::one ? 1 : std::uint64_t{c} + 1;
     r.conversation = c;
+    r.previous_turn = last_turn[c];
+    last_turn[c] = static_cast<std::int32_t>(w.requests.size());
     auto prompt = std::make_shared<std::vector<backends::token_id>>(
       block_prompt(m.hash_ids, w.block_tokens, scaled(m.input_length, o.input_scale)));
     r.prompt_tokens = static_cast<std::uint32_t>(std::max<std::size_t>(1, prompt->size()));

@@ -56,7 +56,8 @@ struct conversation_workload {
 };
 
 /// Samples, scales and builds the prompts of `requests` (owner, prompt and
-/// prompt_tokens set; arrivals relative to the first kept request).
+/// prompt_tokens set; arrivals relative to the first kept request; each
+/// request's previous_turn is the conversation's request before it).
 conversation_workload build_conversation_workload(std::span<const mooncake_request> requests,
                                                   const conversation_options& o);
 

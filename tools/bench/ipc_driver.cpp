@@ -7,6 +7,7 @@
 #include "tools/bench/admin_status.hpp"
 #include "tools/bench/config_toml.hpp"
 #include "tools/bench/prometheus_text.hpp"
+#include "tools/bench/turn_gate.hpp"
 
 #include <kvlane/client.hpp>
 
@@ -79,6 +80,7 @@ struct collector {
   clock::time_point start;
   clock::time_point last_end;
   double time_scale = 1;
+  std::shared_ptr<turn_gate> gate; ///< told of every end (outside the lock)
 };
 
 actors::end_reason from_client(client::end_reason r) {
@@ -139,6 +141,8 @@ client::callback request_callback(std::shared_ptr<collector> col, std::size_t in
       ++col->ended;
     }
     col->cv.notify_all();
+    if (col->gate)
+      col->gate->ended(index);
   };
 }
 
@@ -294,16 +298,22 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
       sampler.join();
   };
 
-  // -- the driver: every request at its arrival time -------------------------------------
+  // The wall bound on the run: sending and waiting for the ends.
+  auto bound = ro.timeout;
+  if (bound.count() == 0) {
+    const double span_ms = requests.empty() ? 0 : requests.back().arrival_s * 1000.0 / ts;
+    bound = std::chrono::milliseconds(60000 + static_cast<std::int64_t>(4 * span_ms));
+  }
+
+  // -- the driver: every request at its arrival time, a held turn at its previous turn's end
   col->start = start;
   col->last_end = start;
+  col->gate = std::make_shared<turn_gate>(requests, start, ts);
   std::size_t submitted = 0;
-  for (std::size_t i = 0; i < requests.size(); ++i) {
+  while (const auto next = col->gate->next(start + bound)) {
+    const std::size_t i = next->index;
     const auto& r = requests[i];
-    const auto due = start + std::chrono::duration_cast<clock::duration>(
-                               std::chrono::duration<double, std::milli>(r.arrival_s * 1000.0 / ts));
-    std::this_thread::sleep_until(due);
-    result.max_submit_lag_ms = std::max(result.max_submit_lag_ms, ms_between(due, clock::now()));
+    result.max_submit_lag_ms = std::max(result.max_submit_lag_ms, ms_between(next->due, clock::now()));
     client::request req;
     req.model = model;
     req.prio = r.interactive ? client::priority::interactive : client::priority::batch;
@@ -312,25 +322,27 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
     req.sampling.stop_at_eos = false;
     auto& conn = *conns[r.interactive ? 0 : 1];
     auto id = conn.submit(req, request_callback(col, i, clock::now()));
-    std::lock_guard lock{col->mutex};
-    auto& o = result.requests[i];
-    if (id) {
-      o.submitted = true;
-      ++submitted;
-    } else {
-      o.error = fmt::format("submit failed: {} ({})", id.error().message,
-                            client::to_string(id.error().code));
+    {
+      std::lock_guard lock{col->mutex};
+      auto& o = result.requests[i];
+      if (next->held)
+        o.held_ms = std::max(0.0, ms_between(start, next->due) * ts - r.arrival_s * 1000.0);
+      if (id) {
+        o.submitted = true;
+        ++submitted;
+      } else {
+        o.error = fmt::format("submit failed: {} ({})", id.error().message,
+                              client::to_string(id.error().code));
+      }
     }
+    if (!id)
+      col->gate->ended(i); // its next turn goes on without it
   }
+  note_unsent(result.requests);
   progress(fmt::format("{} (ipc): all {} requests submitted ({} accepted), waiting for the ends",
                        mode_name, requests.size(), submitted));
 
   // Wait for every accepted request to end, within the bound.
-  auto bound = ro.timeout;
-  if (bound.count() == 0) {
-    const double span_ms = requests.empty() ? 0 : requests.back().arrival_s * 1000.0 / ts;
-    bound = std::chrono::milliseconds(60000 + static_cast<std::int64_t>(4 * span_ms));
-  }
   {
     std::unique_lock lock{col->mutex};
     result.timed_out =

@@ -48,9 +48,14 @@ mode_summary summarize(const run_result& r, const slo_set& slo) {
   s.mode = std::string{actors::to_string(r.mode)};
   s.requests = r.requests.size();
   std::vector<double> ttft, ttft_int, ttft_batch, tpot, e2e;
+  double held_ms = 0;
   for (auto& o : r.requests) {
     s.interactive += o.interactive;
     s.output_tokens += o.generated;
+    if (o.held_ms > 0) {
+      ++s.held_turns;
+      held_ms += o.held_ms;
+    }
     if (!o.completed()) {
       ++s.failed;
       continue;
@@ -113,6 +118,7 @@ mode_summary summarize(const run_result& r, const slo_set& slo) {
   s.mean_slots_busy = r.mean_slots_busy;
   s.peak_without_slot = r.peak_without_slot;
   s.max_submit_lag_ms = r.max_submit_lag_ms * r.time_scale;
+  s.held_ms_mean = s.held_turns > 0 ? held_ms / static_cast<double>(s.held_turns) : 0;
   s.step_stretch = r.modeled_step_busy_ms > 0
                      ? st.step_busy_ms * r.time_scale / r.modeled_step_busy_ms
                      : nan;
@@ -353,6 +359,9 @@ std::string format_table(const std::vector<mode_summary>& modes,
       [](const mode_summary& m) { return fmt::format("{}", m.peak_without_slot); });
   row("makespan s", [](const mode_summary& m) { return num(m.makespan_s, 1); });
   row("max submit lag ms", [](const mode_summary& m) { return num(m.max_submit_lag_ms, 0); });
+  row("turns held (mean ms)", [](const mode_summary& m) {
+    return fmt::format("{} ({})", m.held_turns, num(m.held_ms_mean, 0));
+  });
   row("step stretch", [](const mode_summary& m) { return num(m.step_stretch, 3); });
 
   if (!ratios.empty()) {
@@ -499,10 +508,12 @@ std::string format_report(const bench_report& r) {
     if (c.conversations) {
       const auto& cv = *c.conversations;
       text += fmt::format("conversations: {} of {} kept (--sample-conversations {}, seed {}), "
-                          "{}-token blocks (input scale {}), users: {}\n",
+                          "{}-token blocks (input scale {}), users: {}, turns: {}\n",
                           cv.kept_conversations, cv.conversations, cv.sample, c.seed,
                           cv.block_tokens, c.input_scale,
-                          cv.users == "one" ? "one for all requests" : "one per conversation");
+                          cv.users == "one" ? "one for all requests" : "one per conversation",
+                          cv.turns == "open" ? "open (at trace times)"
+                                             : "causal (after the previous turn's end)");
     }
     text += fmt::format("mode {}{}; {} requests, {} clamped; {} of {} prompt tokens reusable by an "
                         "unlimited cache{}, in {} requests\n\n",

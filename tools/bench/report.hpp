@@ -71,6 +71,10 @@ struct mode_summary {
   std::uint32_t peak_without_slot = 0;
   std::uint32_t slots = 0;
   double max_submit_lag_ms = 0; ///< simulated ms the driver was late at worst
+  /// Causal turns: requests sent after their trace time because the previous
+  /// turn of their conversation had not ended, and their mean wait (simulated ms).
+  std::size_t held_turns = 0;
+  double held_ms_mean = 0;
   double step_stretch = 0;      ///< sim: measured step time / modeled (1 = faithful; NaN elsewhere)
   bool timed_out = false;
   /// --path both: this mode's output tokens/s via ipc / in process (on both summaries).
@@ -178,6 +182,7 @@ struct conversation_context {
   std::string users;                  ///< conversation or one
   double sample = 1.0;                ///< --sample-conversations
   std::size_t rows = 0;               ///< lines read
+  std::string turns = "causal";       ///< --turns: causal or open
 };
 
 /// Everything a report holds besides the figures: where they came from.

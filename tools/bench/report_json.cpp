@@ -54,6 +54,8 @@ json mode_json(const mode_summary& m, bool timeline) {
   j["peak_without_slot"] = m.peak_without_slot;
   j["slots"] = m.slots;
   j["max_submit_lag_ms"] = json_figure(m.max_submit_lag_ms);
+  j["held_turns"] = m.held_turns;
+  j["held_ms_mean"] = json_figure(m.held_ms_mean);
   j["step_stretch"] = json_figure(m.step_stretch);
   j["timed_out"] = m.timed_out;
   if (m.ipc_vs_inproc_throughput)
@@ -162,7 +164,8 @@ json workload_json(const report_context& c) {
                               {"kept", cv.kept_conversations},
                               {"sample", json_figure(cv.sample)},
                               {"block_tokens", cv.block_tokens},
-                              {"users", cv.users}};
+                              {"users", cv.users},
+                              {"turns", cv.turns}};
   }
   j["requests"] = c.requests;
   j["clamped"] = c.clamped;
@@ -205,6 +208,8 @@ json reuse_json(const reuse_summary& s) {
               {"dumps", s.dumps},
               {"peak_store_bytes", s.peak_store_bytes},
               {"retained_evictions", s.retained_evictions},
+              {"held_turns", s.held_turns},
+              {"held_ms_mean", json_figure(s.held_ms_mean)},
               {"completed", s.completed},
               {"failed", s.failed}};
 }

@@ -37,6 +37,10 @@ reuse_summary summarize_reuse(std::string policy, const run_result& r,
     }
     s.reusable_requests += reusable;
     output += o.generated;
+    if (o.held_ms > 0) {
+      ++s.held_turns;
+      s.held_ms_mean += o.held_ms;
+    }
     if (!o.completed()) {
       ++s.failed;
       continue;
@@ -48,6 +52,8 @@ reuse_summary summarize_reuse(std::string policy, const run_result& r,
         ttft_reusable.push_back(o.ttft_ms);
     }
   }
+  if (s.held_turns > 0)
+    s.held_ms_mean /= static_cast<double>(s.held_turns);
   s.throughput_tok_s = div_or_nan(static_cast<double>(output), r.sim_ms() / 1000.0);
   s.ttft_p50_ms = percentile(ttft, 50);
   s.ttft_p99_ms = percentile(ttft, 99);
@@ -100,6 +106,9 @@ std::string format_reuse(const std::vector<reuse_summary>& runs) {
     return num(static_cast<double>(s.peak_store_bytes) / (1 << 20), 1);
   });
   row("retained evictions", [](auto& s) { return std::to_string(s.retained_evictions); });
+  row("turns held (mean ms)", [](auto& s) {
+    return fmt::format("{} ({})", s.held_turns, num(s.held_ms_mean, 0));
+  });
   row("completed", [](auto& s) { return std::to_string(s.completed); });
   row("failed", [](auto& s) {
     return std::to_string(s.failed) + (s.timed_out ? " (timeout)" : "");

@@ -37,6 +37,10 @@ struct reuse_summary {
   std::size_t completed = 0, failed = 0;      ///< failed: did not end normally
   std::size_t reusable_requests = 0;          ///< requests with a prefix seen before
   std::uint64_t reuse_hits = 0, reuse_warm_hits = 0; ///< requests served from retained KV
+  /// Causal turns: sent after their trace time, waiting for the previous
+  /// turn's end, and their mean wait (simulated ms).
+  std::size_t held_turns = 0;
+  double held_ms_mean = 0;
   bool timed_out = false;
 };
 

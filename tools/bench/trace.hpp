@@ -43,6 +43,10 @@ struct trace_request {
   /// Which of the run's models serves it (an index into
   /// run_options::models; 0 = the one model of a single-model run).
   std::uint32_t model = 0;
+  /// The previous turn of its conversation (an index into the same request
+  /// list, always earlier), or -1: with causal turns it is not sent before
+  /// that one has ended (turn_gate).
+  std::int32_t previous_turn = -1;
 };
 
 struct trace_error {

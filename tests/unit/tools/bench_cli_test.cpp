@@ -127,6 +127,14 @@ TEST_CASE("bench cli: conversation trace flags and the reuse comparison") {
   REQUIRE(sync.has_value());
   CHECK(sync->modes == std::vector<actors::scheduler_mode>{actors::scheduler_mode::sync});
 
+  CHECK(sut->causal_turns); // the default
+  auto open = parse({"--trace", "m.jsonl", "--turns", "open"});
+  REQUIRE(open.has_value());
+  CHECK_FALSE(open->causal_turns);
+  CHECK(parse({"--trace", "m.jsonl", "--turns", "later"}).error().find("causal or open")
+        != std::string::npos);
+  CHECK(parse({"--trace", "t.csv", "--turns", "causal"}).error().find(".jsonl")
+        != std::string::npos);
   CHECK(parse({"--trace", "t.csv", "--sample-conversations", "0.1"}).error().find(".jsonl")
         != std::string::npos);
   CHECK(parse({"--trace", "m.jsonl", "--sample-conversations", "0"}).error().find("(0, 1]")

@@ -98,6 +98,37 @@ TEST_CASE("bench conversations: the input scale shrinks prompts and blocks alike
   CHECK(sut.requests[0].owner == sut.requests[1].owner);
 }
 
+TEST_CASE("bench conversations: each turn names the previous kept turn of its conversation") {
+  const std::vector<mooncake_request> trace{req(0, 1000, {0, 5}), req(1, 100, {0}),
+                                            req(2, 1500, {0, 5, 6}), req(3, 900, {0, 8}),
+                                            req(4, 2000, {0, 5, 6, 7})};
+  const auto sut = build_conversation_workload(trace, {});
+  REQUIRE(sut.requests.size() == 5);
+  std::vector<std::int32_t> previous;
+  for (const auto& r : sut.requests)
+    previous.push_back(r.previous_turn);
+  // Conversation {0, 5, ...} is requests 0, 2, 4; the others have one turn.
+  CHECK(previous == std::vector<std::int32_t>{-1, -1, 0, -1, 2});
+
+  // Sampled: indices point into the kept requests, never at a dropped one.
+  const auto trace2 = many_conversations();
+  conversation_options o;
+  o.sample = 0.3;
+  const auto sampled = build_conversation_workload(trace2, o);
+  std::size_t linked = 0;
+  for (std::size_t i = 0; i < sampled.requests.size(); ++i) {
+    const auto p = sampled.requests[i].previous_turn;
+    if (p < 0)
+      continue;
+    ++linked;
+    REQUIRE(static_cast<std::size_t>(p) < i);
+    CHECK(sampled.requests[static_cast<std::size_t>(p)].conversation
+          == sampled.requests[i].conversation);
+  }
+  // Every conversation's turns after its first are linked.
+  CHECK(linked == sampled.requests.size() - sampled.kept_conversations);
+}
+
 TEST_CASE("bench conversations: one user per conversation or one for all") {
   const std::vector<mooncake_request> trace{req(0, 600, {0, 5}), req(1, 600, {0, 8})};
   auto per_conversation = build_conversation_workload(trace, {});

@@ -112,7 +112,8 @@ TEST_CASE("bench reuse report: the JSON has a reuse object keyed by policy with 
                     "throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "ttft_p50_reusable_ms",
                     "ttft_p99_reusable_ms", "prompt_tokens", "reused_tokens",
                     "achievable_reused_tokens", "prefill_tokens", "loads", "dumps",
-                    "peak_store_bytes", "retained_evictions", "completed", "failed"});
+                    "peak_store_bytes", "retained_evictions", "held_turns", "held_ms_mean",
+                    "completed", "failed"});
   CHECK(doc["reuse"]["store"]["reused_tokens"] == 120);
   CHECK(doc["reuse"]["store"]["achievable_reused_tokens"] == 150);
 }

@@ -105,3 +105,32 @@ TEST_CASE("bench runner: two models share the store and each request goes to the
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.error().find("model index 2") != std::string::npos);
 }
+
+TEST_CASE("bench runner: a conversation's turn is sent only after its previous turn has ended") {
+  auto reqs = test::small_synthetic(2, 3);
+  reqs[0].arrival_s = 0;
+  reqs[0].output_tokens = 40;
+  reqs[1].arrival_s = 0.001; // long before turn 0 can end
+  run_options opts;
+  opts.cfg = test::fast_bench_profile();
+  opts.time_scale = opts.cfg.models.front().backend.sim.time_scale;
+  opts.timeout = std::chrono::seconds(30);
+  for (bool causal : {true, false}) {
+    CAPTURE(causal);
+    reqs[1].previous_turn = causal ? 0 : -1;
+    auto r = run_mode(opts, actors::scheduler_mode::overlap, reqs);
+    REQUIRE(r.has_value());
+    REQUIRE(r->requests[0].completed());
+    REQUIRE(r->requests[1].completed());
+    CHECK(r->requests[0].held_ms == 0);
+    if (causal) {
+      // Sent at turn 0's end: it waited that long past its trace time, and
+      // it ended after turn 0 did.
+      CHECK(r->requests[1].held_ms > 0);
+      CHECK(r->requests[1].held_ms >= r->requests[0].end_s * 1000 - reqs[1].arrival_s * 1000);
+      CHECK(r->requests[1].end_s > r->requests[0].end_s);
+    } else {
+      CHECK(r->requests[1].held_ms == 0);
+    }
+  }
+}
