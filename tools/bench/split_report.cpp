@@ -176,6 +176,9 @@ std::string format_split(const std::vector<split_summary>& runs) {
   });
   row("retained evictions", [&](const column& c) { return std::to_string(fig(c).retained_evictions); });
   row("peak store MiB", [&](const column& c) { return mib(fig(c).peak_store_bytes); });
+  row("turns held (mean ms)", [&](const column& c) {
+    return fmt::format("{} ({})", fig(c).held_turns, num(fig(c).held_ms_mean, 0));
+  });
   row("completed / failed", [&](const column& c) {
     return fmt::format("{} / {}{}", fig(c).completed, fig(c).failed,
                        fig(c).timed_out ? " (timeout)" : "");
