@@ -1,5 +1,5 @@
 #include "tools/bench/bench_runner.hpp"
-#include "tools/bench/turn_gate.hpp"
+#include "tools/bench/run_collector.hpp"
 
 #include "actors/engine.hpp"
 #include "common/elapsed.hpp"
@@ -22,33 +22,14 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-/// Where every request's sink records its end; shared by all sinks of a run.
-struct collector {
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::vector<request_outcome>* outcomes = nullptr;
-  std::size_t ended = 0;
-  clock::time_point start;
-  clock::time_point last_end;
-  double time_scale = 1;
-  std::shared_ptr<turn_gate> gate; ///< told of every end (outside the lock)
-};
-
 class bench_sink final : public actors::stream_sink {
 public:
-  bench_sink(std::shared_ptr<collector> c, std::size_t index) : c_(std::move(c)), index_(index) {}
+  bench_sink(std::shared_ptr<run_collector> c, std::size_t index) : c_(std::move(c)), index_(index) {}
 
   void on_tokens(std::span<const backends::token_id>) override {}
 
   void on_end(const actors::stream_end& end) override {
-    const auto now = clock::now();
-    {
-      std::lock_guard lock{c_->mutex};
-      if (!c_->outcomes)
-        return; // the run is over (it timed out and gave up on this request)
-      auto& o = (*c_->outcomes)[index_];
-      const double ts = c_->time_scale;
-      o.ended = true;
+    c_->end(index_, clock::now(), [&](request_outcome& o, double ts) {
       o.reason = end.reason;
       o.error = end.message;
       o.generated = end.generated_tokens;
@@ -58,17 +39,11 @@ public:
       if (end.generated_tokens > 1)
         o.tpot_ms = end.tpot_ms * ts;
       o.e2e_ms = end.e2e_ms * ts;
-      o.end_s = ms_between(c_->start, now) * ts / 1000.0;
-      c_->last_end = std::max(c_->last_end, now);
-      ++c_->ended;
-    }
-    c_->cv.notify_all();
-    if (c_->gate)
-      c_->gate->ended(index_);
+    });
   }
 
 private:
-  std::shared_ptr<collector> c_;
+  std::shared_ptr<run_collector> c_;
   std::size_t index_;
 };
 
@@ -93,6 +68,15 @@ std::vector<backends::token_id> prompt_of(const trace_request& r, std::uint32_t 
     return synthetic_prompt(index, r.prompt_tokens);
   const auto n = std::min<std::size_t>(r.prompt_tokens, r.prompt->size());
   return {r.prompt->begin(), r.prompt->begin() + static_cast<std::ptrdiff_t>(n)};
+}
+
+bool record_send(request_outcome& o, const trace_request& r, const turn_gate::release& rel,
+                 turn_gate::clock::time_point start, double time_scale, std::string refusal) {
+  if (rel.held)
+    o.held_ms = std::max(0.0, ms_between(start, rel.due) * time_scale - r.arrival_s * 1000.0);
+  o.submitted = refusal.empty();
+  o.error = std::move(refusal);
+  return o.submitted;
 }
 
 void note_unsent(std::vector<request_outcome>& outcomes) {
@@ -154,7 +138,7 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
   result.serialized =
     actors::place_transfers(mode, entry->info.caps.transfer_overlaps_compute).on_compute_lane;
 
-  auto col = std::make_shared<collector>();
+  auto col = std::make_shared<run_collector>();
   col->outcomes = &result.requests;
   col->time_scale = ts;
 
@@ -211,21 +195,11 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
     req.stop_at_eos = false;
     auto sink = std::make_shared<bench_sink>(col, i);
     auto id = engine->submit(std::move(req), sink);
-    {
-      std::lock_guard lock{col->mutex};
-      auto& o = result.requests[i];
-      if (next->held)
-        o.held_ms = std::max(0.0, ms_between(start, next->due) * ts - r.arrival_s * 1000.0);
-      if (id) {
-        o.submitted = true;
-        ++submitted;
-      } else {
-        o.error = fmt::format("submit failed: {} ({})", id.error().message,
-                              actors::to_string(id.error().code));
-      }
-    }
-    if (!id)
-      col->gate->ended(i); // its next turn goes on without it
+    if (col->sent(i, r, *next,
+                  id ? std::string{}
+                     : fmt::format("submit failed: {} ({})", id.error().message,
+                                   actors::to_string(id.error().code))))
+      ++submitted;
   }
   note_unsent(result.requests);
   if (opts.progress)

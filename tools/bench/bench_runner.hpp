@@ -16,6 +16,7 @@
 // on actor threads and only record.
 
 #include "tools/bench/trace.hpp"
+#include "tools/bench/turn_gate.hpp"
 
 #include "actors/messages.hpp"
 #include "actors/scheduler.hpp"
@@ -157,6 +158,14 @@ std::vector<backends::token_id> synthetic_prompt(std::uint32_t index, std::uint3
 /// The tokens request `index` sends: the first prompt_tokens of its own
 /// prompt, or synthetic_prompt when it has none.
 std::vector<backends::token_id> prompt_of(const trace_request& r, std::uint32_t index);
+
+/// Records in `o` what sending request `r` gave, released as `rel` by a
+/// turn_gate started at `start`: how long the turn was held past its trace
+/// time, and whether it was accepted (`refusal` empty) or refused (the
+/// message). Returns whether it was accepted; a refused turn's next turn must
+/// then be released (turn_gate::ended).
+bool record_send(request_outcome& o, const trace_request& r, const turn_gate::release& rel,
+                 turn_gate::clock::time_point start, double time_scale, std::string refusal);
 
 /// After the driver stops: every request it never sent (the run's bound
 /// passed while its previous turn had not ended) gets an error saying so.

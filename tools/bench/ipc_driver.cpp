@@ -7,7 +7,7 @@
 #include "tools/bench/admin_status.hpp"
 #include "tools/bench/config_toml.hpp"
 #include "tools/bench/prometheus_text.hpp"
-#include "tools/bench/turn_gate.hpp"
+#include "tools/bench/run_collector.hpp"
 
 #include <kvlane/client.hpp>
 
@@ -71,18 +71,6 @@ std::optional<std::uint64_t> transfers_metric(std::string_view text, const std::
   return static_cast<std::uint64_t>(*v + 0.5);
 }
 
-/// Where every request's callback records its end; shared by all callbacks of a run.
-struct collector {
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::vector<request_outcome>* outcomes = nullptr;
-  std::size_t ended = 0;
-  clock::time_point start;
-  clock::time_point last_end;
-  double time_scale = 1;
-  std::shared_ptr<turn_gate> gate; ///< told of every end (outside the lock)
-};
-
 actors::end_reason from_client(client::end_reason r) {
   switch (r) {
     case client::end_reason::length: return actors::end_reason::length;
@@ -96,7 +84,7 @@ actors::end_reason from_client(client::end_reason r) {
 
 /// The callback of request `index`: times its tokens as they arrive here.
 /// Runs on its connection's reader thread only, so its clock needs no lock.
-client::callback request_callback(std::shared_ptr<collector> col, std::size_t index,
+client::callback request_callback(std::shared_ptr<run_collector> col, std::size_t index,
                                   clock::time_point submitted) {
   struct request_clock {
     clock::time_point submitted, first, last;
@@ -113,13 +101,7 @@ client::callback request_callback(std::shared_ptr<collector> col, std::size_t in
     }
     if (!ev.end && !ev.failure)
       return;
-    {
-      std::lock_guard lock{col->mutex};
-      if (!col->outcomes)
-        return; // the run is over (it timed out and gave up on this request)
-      auto& o = (*col->outcomes)[index];
-      const double ts = col->time_scale;
-      o.ended = true;
+    col->end(index, now, [&](request_outcome& o, double ts) {
       if (ev.end) {
         o.reason = from_client(ev.end->reason);
         o.error = ev.end->reason == client::end_reason::backlog
@@ -136,13 +118,7 @@ client::callback request_callback(std::shared_ptr<collector> col, std::size_t in
         o.reason = actors::end_reason::error;
         o.error = fmt::format("{} ({})", ev.failure->message, client::to_string(ev.failure->code));
       }
-      o.end_s = ms_between(col->start, now) * ts / 1000.0;
-      col->last_end = std::max(col->last_end, now);
-      ++col->ended;
-    }
-    col->cv.notify_all();
-    if (col->gate)
-      col->gate->ended(index);
+    });
   };
 }
 
@@ -252,7 +228,7 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
     o.output_tokens = requests[i].output_tokens;
     o.arrival_s = requests[i].arrival_s;
   }
-  auto col = std::make_shared<collector>();
+  auto col = std::make_shared<run_collector>();
   col->outcomes = &result.requests;
   col->time_scale = ts;
 
@@ -322,21 +298,11 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
     req.sampling.stop_at_eos = false;
     auto& conn = *conns[r.interactive ? 0 : 1];
     auto id = conn.submit(req, request_callback(col, i, clock::now()));
-    {
-      std::lock_guard lock{col->mutex};
-      auto& o = result.requests[i];
-      if (next->held)
-        o.held_ms = std::max(0.0, ms_between(start, next->due) * ts - r.arrival_s * 1000.0);
-      if (id) {
-        o.submitted = true;
-        ++submitted;
-      } else {
-        o.error = fmt::format("submit failed: {} ({})", id.error().message,
-                              client::to_string(id.error().code));
-      }
-    }
-    if (!id)
-      col->gate->ended(i); // its next turn goes on without it
+    if (col->sent(i, r, *next,
+                  id ? std::string{}
+                     : fmt::format("submit failed: {} ({})", id.error().message,
+                                   client::to_string(id.error().code))))
+      ++submitted;
   }
   note_unsent(result.requests);
   progress(fmt::format("{} (ipc): all {} requests submitted ({} accepted), waiting for the ends",
