@@ -218,7 +218,7 @@ expected<std::shared_ptr<token_stream>, submit_error> engine::submit(submit_requ
   auto [m, sub] = std::move(*p);
   auto stream = std::make_shared<token_stream>(sub->id, m->name, m->scheduler);
   sub->session = spawn_session(sys_, stream, std::chrono::steady_clock::now(),
-                               {m->name, m->scheduler}, end_hook_for(*m, *sub));
+                               {m->name, m->scheduler, m->health}, end_hook_for(*m, *sub));
   caf::anon_send(m->scheduler, submit_atom::value, std::move(sub));
   return stream;
 }
@@ -231,7 +231,7 @@ expected<seq_id, submit_error> engine::submit(submit_request req,
   auto [m, sub] = std::move(*p);
   auto id = sub->id;
   sub->session = spawn_session(sys_, std::move(sink), std::chrono::steady_clock::now(),
-                               {m->name, m->scheduler}, end_hook_for(*m, *sub));
+                               {m->name, m->scheduler, m->health}, end_hook_for(*m, *sub));
   caf::anon_send(m->scheduler, submit_atom::value, std::move(sub));
   return id;
 }

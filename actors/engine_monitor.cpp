@@ -32,9 +32,13 @@ caf::behavior engine_monitor_behavior(caf::stateful_actor<engine_monitor_state>*
     for (auto& m : self->state.models) {
       if (m.scheduler.address() != dm.source)
         continue;
-      auto why = fmt::format("its scheduler stopped: {}", caf::to_string(dm.reason));
-      if (!m.health->mark_failed(why))
+      // A session of the model may have marked it failed first (same
+      // reason); the failure is reported here, once, either way.
+      auto why = scheduler_stopped(dm.reason);
+      m.health->mark_failed(why);
+      if (m.reported)
         return;
+      m.reported = true;
       logging::get("scheduler")->critical("model '{}' failed: {}; its streams end with an error "
                                           "and it accepts no requests",
                                           m.name, why);

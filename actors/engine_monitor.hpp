@@ -37,6 +37,7 @@ struct monitored_model {
   std::string name;
   caf::actor scheduler;
   std::shared_ptr<model_health> health;
+  bool reported = false; ///< the monitor has logged its failure and called the hook
 };
 
 /// Called once per failed model with its name and why it failed.

@@ -7,13 +7,17 @@
 // it) can die — a lane error, any exception. Everything that talks to that
 // model must learn it at once and without a round trip to a dead actor:
 // submits are refused, status and metrics show the model failed, the daemon
-// decides what to do. The engine's monitor actor is the only writer; any
-// thread may read.
+// decides what to do. The engine's monitor actor and the model's sessions
+// mark it failed (a session does so before it ends its stream, so an app
+// that reads that end and submits again is refused); any thread may read.
 //
 // Threading: thread-safe. `failed()` is one atomic load (the submit path);
 // the rest takes a mutex held only to copy a few fields.
 
 #include "actors/scheduler.hpp"
+
+#include <caf/error.hpp>
+#include <fmt/format.h>
 
 #include <atomic>
 #include <mutex>
@@ -21,6 +25,12 @@
 #include <string>
 
 namespace kvlane::actors {
+
+/// Why a model whose scheduler stopped with `reason` failed: the one wording
+/// the monitor and the model's sessions record (whichever learns it first).
+inline std::string scheduler_stopped(const caf::error& reason) {
+  return fmt::format("its scheduler stopped: {}", caf::to_string(reason));
+}
 
 class model_health {
 public:

@@ -1,5 +1,7 @@
 #include "actors/session.hpp"
 
+#include "actors/model_health.hpp"
+
 #include "actors/exception_handler.hpp"
 #include "common/elapsed.hpp"
 
@@ -71,13 +73,18 @@ caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
   // an end the scheduler sent before it stopped is handled first.
   self->state.keep_alive = caf::actor_cast<caf::actor>(self);
   self->monitor(owner.scheduler);
-  self->set_down_handler([self, model = std::move(owner.model)](caf::down_msg& dm) {
+  self->set_down_handler([self, model = std::move(owner.model),
+                           health = std::move(owner.health)](caf::down_msg& dm) {
     stream_end end;
     end.generated_tokens = static_cast<std::uint32_t>(self->state.delivered);
     if (dm.reason == caf::exit_reason::user_shutdown || dm.reason == caf::exit_reason::normal) {
       end.reason = end_reason::cancelled;
       end.message = fmt::format("model '{}' stopped", model);
     } else {
+      // Before the app sees this end: its next submit must be refused, not
+      // sent to the dead scheduler (the monitor may learn of it later).
+      if (health)
+        health->mark_failed(scheduler_stopped(dm.reason));
       end.reason = end_reason::error;
       end.message = fmt::format("model '{}' failed: its scheduler stopped ({})", model,
                                 caf::to_string(dm.reason));

@@ -43,9 +43,14 @@ using end_hook = std::function<void(const stream_end&)>;
 /// The scheduler a session depends on: if it stops before the stream ended,
 /// the session ends the stream itself (reason error, naming the model and
 /// why its scheduler stopped; reason cancelled for an orderly stop).
+class model_health;
+
 struct session_owner {
   std::string model;
   caf::actor scheduler;
+  /// The model's health: marked failed before the stream ends when the
+  /// scheduler stops abnormally (null: nothing to mark).
+  std::shared_ptr<model_health> health;
 };
 
 /// Spawns a session delivering to `sink`; timings count from `submitted`.

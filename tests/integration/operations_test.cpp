@@ -26,7 +26,8 @@ namespace client = kvlane::client;
 namespace {
 
 std::string ops_config(const std::string& run_dir, std::string_view extra = "",
-                       std::string_view log_level = "info", std::uint32_t quantum = 64) {
+                       std::string_view log_level = "info", std::uint32_t quantum = 64,
+                       double time_scale = 20) {
   return fmt::format(R"(version = 1
 [daemon]
 runtime_dir = "{}"
@@ -39,14 +40,14 @@ name = "tiny"
 slots = 4
 max_context = 512
 snapshot_bytes = "512KiB"
-time_scale = 20
+time_scale = {}
 [scheduler]
 quantum_steps = {}
 {}
 [http]
 listen = ""
 )",
-                     run_dir, log_level, quantum, extra);
+                     run_dir, log_level, time_scale, quantum, extra);
 }
 
 struct daemon_fixture {
@@ -55,8 +56,9 @@ struct daemon_fixture {
   std::string config_path;
   std::unique_ptr<child_process> proc;
 
-  explicit daemon_fixture(std::string_view extra = "", std::vector<std::string> env = {}) {
-    config_path = dir.write("kvlane.toml", ops_config(run_dir, extra));
+  explicit daemon_fixture(std::string_view extra = "", std::vector<std::string> env = {},
+                          double time_scale = 20) {
+    config_path = dir.write("kvlane.toml", ops_config(run_dir, extra, "info", 64, time_scale));
     proc = std::make_unique<child_process>(
       spawn(KVLANED_PATH, {"--config", config_path}, std::move(env)));
     REQUIRE(proc->wait_for_output("ready:", 20s));
@@ -102,7 +104,10 @@ client::request long_request(std::uint32_t max_tokens, client::priority prio = c
 } // namespace
 
 TEST_CASE("operations: kvlane status, ps, cancel, metrics, log-level, drain and resume") {
-  daemon_fixture d;
+  // The sim at time_scale 2 (a step ~17 ms of wall time): the 400-token
+  // request runs ~7 s, so it is still live when `kvlane cancel` names it
+  // after three CLI runs, even sanitizer-built on a loaded machine.
+  daemon_fixture d{"", {}, 2};
   auto c = d.connect("ops-app");
   auto a = c->submit(long_request(400));
   auto b = c->submit(long_request(300));

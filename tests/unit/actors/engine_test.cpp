@@ -184,6 +184,11 @@ TEST_CASE("engine: a scheduler that throws ends its model's streams with an erro
     CHECK(all->end->message.find("model 'tiny' failed") != std::string::npos);
     CHECK(all->end->message.find("injected scheduler fault") != std::string::npos);
   }
+  // An app that has read the error end and submits again at once is refused
+  // (the failure hook below may not have run yet).
+  auto early = sut.engine->submit(request("erin", 10));
+  REQUIRE_FALSE(early.has_value());
+  CHECK(early.error().code == actors::submit_errc::model_failed);
   {
     std::unique_lock lock{mu};
     REQUIRE(cv.wait_for(lock, 10s, [&] { return !failures.empty(); }));
