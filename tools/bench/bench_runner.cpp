@@ -70,13 +70,16 @@ std::vector<backends::token_id> prompt_of(const trace_request& r, std::uint32_t 
   return {r.prompt->begin(), r.prompt->begin() + static_cast<std::ptrdiff_t>(n)};
 }
 
-bool record_send(request_outcome& o, const trace_request& r, const turn_gate::release& rel,
-                 turn_gate::clock::time_point start, double time_scale, std::string refusal) {
-  if (rel.held)
-    o.held_ms = std::max(0.0, ms_between(start, rel.due) * time_scale - r.arrival_s * 1000.0);
-  o.submitted = refusal.empty();
-  o.error = std::move(refusal);
-  return o.submitted;
+held_turns_figures held_turns_of(std::span<const request_outcome> outcomes) {
+  held_turns_figures h;
+  double total = 0;
+  for (const auto& o : outcomes)
+    if (o.held_ms > 0) {
+      ++h.count;
+      total += o.held_ms;
+    }
+  h.mean_ms = h.count > 0 ? total / static_cast<double>(h.count) : 0;
+  return h;
 }
 
 void note_unsent(std::vector<request_outcome>& outcomes) {

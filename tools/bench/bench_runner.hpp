@@ -16,7 +16,6 @@
 // on actor threads and only record.
 
 #include "tools/bench/trace.hpp"
-#include "tools/bench/turn_gate.hpp"
 
 #include "actors/messages.hpp"
 #include "actors/scheduler.hpp"
@@ -159,13 +158,13 @@ std::vector<backends::token_id> synthetic_prompt(std::uint32_t index, std::uint3
 /// prompt, or synthetic_prompt when it has none.
 std::vector<backends::token_id> prompt_of(const trace_request& r, std::uint32_t index);
 
-/// Records in `o` what sending request `r` gave, released as `rel` by a
-/// turn_gate started at `start`: how long the turn was held past its trace
-/// time, and whether it was accepted (`refusal` empty) or refused (the
-/// message). Returns whether it was accepted; a refused turn's next turn must
-/// then be released (turn_gate::ended).
-bool record_send(request_outcome& o, const trace_request& r, const turn_gate::release& rel,
-                 turn_gate::clock::time_point start, double time_scale, std::string refusal);
+/// The requests of a run that were held for their previous turn (held_ms >
+/// 0), and their mean wait in simulated ms (0 when none was).
+struct held_turns_figures {
+  std::size_t count = 0;
+  double mean_ms = 0;
+};
+held_turns_figures held_turns_of(std::span<const request_outcome> outcomes);
 
 /// After the driver stops: every request it never sent (the run's bound
 /// passed while its previous turn had not ended) gets an error saying so.

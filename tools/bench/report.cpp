@@ -48,14 +48,9 @@ mode_summary summarize(const run_result& r, const slo_set& slo) {
   s.mode = std::string{actors::to_string(r.mode)};
   s.requests = r.requests.size();
   std::vector<double> ttft, ttft_int, ttft_batch, tpot, e2e;
-  double held_ms = 0;
   for (auto& o : r.requests) {
     s.interactive += o.interactive;
     s.output_tokens += o.generated;
-    if (o.held_ms > 0) {
-      ++s.held_turns;
-      held_ms += o.held_ms;
-    }
     if (!o.completed()) {
       ++s.failed;
       continue;
@@ -118,7 +113,9 @@ mode_summary summarize(const run_result& r, const slo_set& slo) {
   s.mean_slots_busy = r.mean_slots_busy;
   s.peak_without_slot = r.peak_without_slot;
   s.max_submit_lag_ms = r.max_submit_lag_ms * r.time_scale;
-  s.held_ms_mean = s.held_turns > 0 ? held_ms / static_cast<double>(s.held_turns) : 0;
+  const auto held = held_turns_of(r.requests);
+  s.held_turns = held.count;
+  s.held_ms_mean = held.mean_ms;
   s.step_stretch = r.modeled_step_busy_ms > 0
                      ? st.step_busy_ms * r.time_scale / r.modeled_step_busy_ms
                      : nan;

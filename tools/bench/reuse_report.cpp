@@ -37,10 +37,6 @@ reuse_summary summarize_reuse(std::string policy, const run_result& r,
     }
     s.reusable_requests += reusable;
     output += o.generated;
-    if (o.held_ms > 0) {
-      ++s.held_turns;
-      s.held_ms_mean += o.held_ms;
-    }
     if (!o.completed()) {
       ++s.failed;
       continue;
@@ -52,8 +48,9 @@ reuse_summary summarize_reuse(std::string policy, const run_result& r,
         ttft_reusable.push_back(o.ttft_ms);
     }
   }
-  if (s.held_turns > 0)
-    s.held_ms_mean /= static_cast<double>(s.held_turns);
+  const auto held = held_turns_of(r.requests);
+  s.held_turns = held.count;
+  s.held_ms_mean = held.mean_ms;
   s.throughput_tok_s = div_or_nan(static_cast<double>(output), r.sim_ms() / 1000.0);
   s.ttft_p50_ms = percentile(ttft, 50);
   s.ttft_p99_ms = percentile(ttft, 99);
