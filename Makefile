@@ -13,6 +13,11 @@ SOAK_SECONDS ?= 600
 # adapter's tests run anywhere; installs and packages are built without it unless set to sdk.
 QBRUNTIME         ?= fake
 PACKAGE_QBRUNTIME ?= off
+# The llamacpp backend (GGUF models): scripts/llama-cpp builds llama.cpp once into a cache
+# shared by every build directory; on = the configure fails without it, auto = optional.
+LLAMACPP ?= on
+# make run MODEL=/path/model.gguf serves that GGUF instead of the simulated NPU.
+MODEL    ?=
 
 .PHONY: all bootstrap build run test soak sanitize clean bench bench-load bench-sweep bench-reuse \
         bench-two-models bench-realsize bench-build
@@ -21,18 +26,19 @@ all: build
 
 bootstrap:
 	@./scripts/bootstrap
+	@./scripts/llama-cpp >/dev/null
 
 $(BUILD_DIR)/CMakeCache.txt: | bootstrap
-	cmake -S . -B $(BUILD_DIR) -DKVLANE_QBRUNTIME=$(QBRUNTIME) $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD_DIR) -DKVLANE_QBRUNTIME=$(QBRUNTIME) -DKVLANE_LLAMACPP=$(LLAMACPP) $(CMAKE_FLAGS)
 
 build: bootstrap $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 run: build
-	./$(BUILD_DIR)/kvlaned --config $(CONFIG)
+	./$(BUILD_DIR)/kvlaned --config $(CONFIG) $(if $(MODEL),--gguf $(abspath $(MODEL)))
 
 test: bootstrap $(BUILD_DIR)/CMakeCache.txt
-	cmake -S . -B $(BUILD_DIR) -DKVLANE_QBRUNTIME=$(QBRUNTIME)
+	cmake -S . -B $(BUILD_DIR) -DKVLANE_QBRUNTIME=$(QBRUNTIME) -DKVLANE_LLAMACPP=$(LLAMACPP)
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
@@ -99,7 +105,7 @@ bench-realsize: bench-build
 
 sanitize: bootstrap
 	cmake -S . -B $(SAN_DIR) -DKVLANE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
-	  -DKVLANE_QBRUNTIME=$(QBRUNTIME) $(CMAKE_FLAGS)
+	  -DKVLANE_QBRUNTIME=$(QBRUNTIME) -DKVLANE_LLAMACPP=$(LLAMACPP) $(CMAKE_FLAGS)
 	cmake --build $(SAN_DIR) -j $(JOBS)
 	cd $(SAN_DIR) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 

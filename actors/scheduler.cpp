@@ -464,9 +464,10 @@ public:
       counts_of(kv_state::queued)[interactive] + counts_of(kv_state::parked)[interactive];
     out.without_slot_batch =
       counts_of(kv_state::queued)[batch] + counts_of(kv_state::parked)[batch];
-    auto full = st_.info.caps.extent == backends::snapshot_extent::full_slot
-                  ? st_.info.snapshot_bytes
-                  : st_.info.bytes_per_token * st_.info.max_context;
+    const auto full = st_.info.caps.extent == backends::snapshot_extent::full_slot
+                        ? st_.info.snapshot_bytes
+                        : st_.info.snapshot_header_bytes
+                            + st_.info.bytes_per_token * st_.info.max_context;
     out.step_base_ms = st_.costs.step_base_ms().value_or(0);
     out.step_per_token_ms = st_.costs.step_per_token_ms().value_or(0);
     out.dump_ms = st_.costs.dump_ms(full).value_or(0);

@@ -22,11 +22,19 @@ std::string_view to_string(snapshot_extent e) noexcept {
   return "unknown";
 }
 
+expected<std::vector<token_id>, backend_error>
+tokenizer::apply_chat_template(std::span<const chat_message>, bool) const {
+  return unexpected(backend_error{backend_errc::invalid_argument,
+                                  "this model's tokenizer carries no Jinja chat template"});
+}
+
 std::size_t backend::snapshot_size(std::uint32_t cache_len) const noexcept {
   const auto& i = info();
   if (i.caps.extent == snapshot_extent::full_slot)
     return i.snapshot_bytes;
-  return static_cast<std::size_t>(cache_len) * i.bytes_per_token;
+  if (cache_len == 0)
+    return 0;
+  return static_cast<std::size_t>(i.snapshot_header_bytes + std::uint64_t(cache_len) * i.bytes_per_token);
 }
 
 } // namespace kvlane::backends

@@ -39,6 +39,8 @@ namespace kvlane::backends {
 using token_id = std::uint32_t;
 using slot_id = std::uint32_t;
 
+struct chat_message; // chat_format.hpp
+
 enum class backend_errc : std::uint8_t {
   context_overflow = 1, ///< cache_len + tokens exceeds the slot's max context
   out_of_memory,        ///< device or host memory exhausted
@@ -85,6 +87,9 @@ struct backend_info {
   std::uint32_t vocab_size = 0;      ///< logits per output row
   std::uint64_t snapshot_bytes = 0;  ///< bytes of a full-slot snapshot
   std::uint64_t bytes_per_token = 0; ///< KV bytes per position (snapshot_bytes / max_context)
+  /// used_length snapshots: bytes a non-empty snapshot holds besides its tokens' KV (a
+  /// runtime's own header, e.g. llama.cpp's per-layer types). 0 for the sim and qbruntime.
+  std::uint64_t snapshot_header_bytes = 0;
   capabilities caps;
 };
 
@@ -144,6 +149,15 @@ public:
   /// Ids below size() are valid; a model's logits row may be wider (the
   /// sampler masks the tail).
   virtual std::uint32_t size() const noexcept = 0;
+  /// The model's own Jinja chat template (a GGUF's tokenizer.chat_template), empty
+  /// when the tokenizer does not carry one.
+  virtual std::string_view chat_template() const noexcept { return {}; }
+  /// The prompt tokens chat_template() writes for `messages` (Jinja, through llama.cpp's
+  /// engine): special tokens read in the template's own text only, message content
+  /// encoded as text. invalid_argument when the tokenizer carries no template, this
+  /// build has no Jinja engine, or the template fails (its message).
+  virtual expected<std::vector<token_id>, backend_error>
+  apply_chat_template(std::span<const chat_message> messages, bool add_generation_prompt) const;
 };
 
 class backend {
@@ -153,7 +167,9 @@ public:
   virtual const backend_info& info() const noexcept = 0;
   virtual const tokenizer& tokens() const noexcept = 0;
 
-  /// Bytes dump() writes (and load() expects) for a slot holding cache_len tokens.
+  /// Bytes dump() writes (and load() expects) for a slot holding cache_len tokens:
+  /// snapshot_bytes for a full_slot extent; for used_length, 0 for an empty slot and
+  /// snapshot_header_bytes + cache_len * bytes_per_token otherwise.
   std::size_t snapshot_size(std::uint32_t cache_len) const noexcept;
 
   /// Runs one step over `rows` (distinct slots). On success `out` holds one

@@ -9,8 +9,8 @@ namespace {
 
 using namespace config_reader;
 
-constexpr std::array<std::string_view, 2> kinds{"sim", "qbruntime"};
-constexpr std::array<std::string_view, 3> model_keys{"backend", "sim", "qbruntime"};
+constexpr std::array<std::string_view, 3> kinds{"sim", "qbruntime", "llamacpp"};
+constexpr std::array<std::string_view, 4> model_keys{"backend", "sim", "qbruntime", "llamacpp"};
 
 } // namespace
 
@@ -44,6 +44,8 @@ status parse_backend_config(const reporter& r, const section& model, backend_con
     KVLANE_CONFIG_TRY(parse_sim_options(r, model, out.sim));
   else if (out.kind == "qbruntime")
     KVLANE_CONFIG_TRY(parse_qbruntime_options(r, model, out.qbruntime));
+  else if (out.kind == "llamacpp")
+    KVLANE_CONFIG_TRY(parse_llamacpp_options(r, model, out.llamacpp));
   return {};
 }
 

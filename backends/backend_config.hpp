@@ -9,6 +9,7 @@
 // here, with the same "<source>:<line>: <key>: <what>" errors as every other
 // key. A new backend adds its options type, its table name and a branch.
 
+#include "backends/llamacpp_options.hpp"
 #include "backends/qbruntime_options.hpp"
 #include "backends/sim_options.hpp"
 #include "common/config_reader.hpp"
@@ -23,6 +24,7 @@ struct backend_config {
   std::string kind = "sim"; ///< `backend` key of [[model]]
   sim_options sim;          ///< [model.sim]; read only when kind == "sim"
   qbruntime_options qbruntime; ///< [model.qbruntime]; read only when kind == "qbruntime"
+  llamacpp_options llamacpp;   ///< [model.llamacpp]; read only when kind == "llamacpp"
 
   friend bool operator==(const backend_config&, const backend_config&) = default;
 };

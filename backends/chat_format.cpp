@@ -192,12 +192,17 @@ std::string_view to_string(chat_format format) noexcept {
     return "llama3";
   case chat_format::exaone:
     return "exaone";
+  case chat_format::automatic:
+    return "auto";
+  case chat_format::jinja:
+    return "template";
   }
   return "unknown";
 }
 
 std::optional<chat_format> parse_chat_format(std::string_view name) noexcept {
-  for (auto f : {chat_format::chatml, chat_format::llama3, chat_format::exaone})
+  for (auto f : {chat_format::chatml, chat_format::llama3, chat_format::exaone,
+                 chat_format::automatic, chat_format::jinja})
     if (name == to_string(f))
       return f;
   return std::nullopt;
@@ -225,6 +230,16 @@ expected<std::vector<token_id>, backend_error> render_chat(chat_format format, c
     return render_llama3(tok, messages, add_generation_prompt);
   case chat_format::exaone:
     return render_exaone(tok, messages, add_generation_prompt);
+  case chat_format::automatic: {
+    const auto tmpl = tok.chat_template();
+    if (tmpl.empty())
+      return unexpected(invalid("the model has no chat template (chat_format = \"auto\"): set "
+                                "chat_format in its [[model]] table, or send a prompt to "
+                                "/v1/completions"));
+    return render_chat(chat_format::jinja, tok, messages, add_generation_prompt);
+  }
+  case chat_format::jinja:
+    return tok.apply_chat_template(messages, add_generation_prompt);
   }
   return unexpected(invalid("unknown chat format"));
 }

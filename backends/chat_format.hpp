@@ -38,12 +38,16 @@
 
 namespace kvlane::backends {
 
-enum class chat_format : std::uint8_t { chatml, llama3, exaone };
+/// template: the model's own Jinja template (tokenizer::apply_chat_template), rendered by
+/// llama.cpp's Jinja engine; special tokens are read in the template's text only.
+/// automatic: the model's template when its tokenizer carries one (a GGUF does); a model
+/// without one gets a clear error at render time rather than a wrong prompt.
+enum class chat_format : std::uint8_t { chatml, llama3, exaone, automatic, jinja };
 
-/// "chatml", "llama3" or "exaone".
+/// "chatml", "llama3", "exaone", "auto" or "template".
 std::string_view to_string(chat_format format) noexcept;
 
-/// The format named `name` ("chatml" | "llama3" | "exaone"), if any.
+/// The format named `name` ("chatml" | "llama3" | "exaone" | "auto" | "template"), if any.
 std::optional<chat_format> parse_chat_format(std::string_view name) noexcept;
 
 /// The format a Jinja chat template (tokenizer_config.json chat_template, or
@@ -61,7 +65,8 @@ struct chat_message {
 /// by id, message content encoded with parse_special = false, the BOS where
 /// the template puts one, and the assistant header when add_generation_prompt.
 /// Errors (invalid_argument): an unknown role (named, with the message index),
-/// a special token the tokenizer lacks (named).
+/// a special token the tokenizer lacks (named); for automatic and template, a model
+/// without a chat template, or a template that fails (its own message).
 expected<std::vector<token_id>, backend_error> render_chat(chat_format format, const tokenizer& tok,
                                                             std::span<const chat_message> messages,
                                                             bool add_generation_prompt);

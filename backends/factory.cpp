@@ -5,6 +5,9 @@
 #if KVLANE_HAVE_QBRUNTIME
 #include "backends/qbruntime/qbr_backend.hpp"
 #endif
+#if KVLANE_HAVE_LLAMACPP
+#include "backends/llamacpp/llama_backend.hpp"
+#endif
 
 namespace kvlane::backends {
 
@@ -28,8 +31,21 @@ expected<std::unique_ptr<backend>, backend_error> make_backend(std::string model
                                     "with -DKVLANE_QBRUNTIME=sdk (docs/backends.md)"});
 #endif
   }
+  if (cfg.kind == "llamacpp") {
+#if KVLANE_HAVE_LLAMACPP
+    auto made = llama_backend::create(std::move(model_name), cfg.llamacpp);
+    if (!made)
+      return unexpected(std::move(made).error());
+    return std::unique_ptr<backend>(std::move(*made));
+#else
+    return unexpected(backend_error{backend_errc::invalid_argument,
+                                    "backend 'llamacpp' is not in this build: run scripts/llama-cpp "
+                                    "(or install llama.cpp's headers) and reconfigure with "
+                                    "-DKVLANE_LLAMACPP=on (docs/backends.md)"});
+#endif
+  }
   return unexpected(backend_error{backend_errc::invalid_argument,
-                                  "unknown backend '" + cfg.kind + "' (known: sim, qbruntime)"});
+                                  "unknown backend '" + cfg.kind + "' (known: sim, qbruntime, llamacpp)"});
 }
 
 } // namespace kvlane::backends

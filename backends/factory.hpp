@@ -18,7 +18,8 @@ namespace kvlane::backends {
 
 /// "sim" → sim_backend::create(model_name, cfg.sim); "qbruntime" →
 /// qbr_backend::create(model_name, cfg.qbruntime) in a build with it (else an
-/// invalid_argument error saying how to build it). Any other kind is an
+/// invalid_argument error saying how to build it); "llamacpp" → llama_backend::create
+/// likewise. Any other kind is an
 /// invalid_argument error naming it and the known kinds.
 expected<std::unique_ptr<backend>, backend_error> make_backend(std::string model_name,
                                                                const backend_config& cfg);

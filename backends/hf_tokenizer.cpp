@@ -1,5 +1,9 @@
 #include "backends/hf_tokenizer.hpp"
 
+#if KVLANE_HAVE_LLAMACPP
+#include "backends/jinja/jinja_template.hpp"
+#endif
+
 #include "backends/byte_level.hpp"
 #include "backends/unicode_nfc.hpp"
 
@@ -310,6 +314,37 @@ expected<json, std::string> parse_json(std::string_view text, const char* name) 
   return j;
 }
 
+// The text of a bos_token / eos_token entry: a string or an AddedToken object; empty if unset.
+std::string config_token_text(const json& config, const char* key) {
+  const auto it = config.find(key);
+  if (it == config.end())
+    return {};
+  if (it->is_string())
+    return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
+  return {};
+}
+
+// tokenizer_config.json's chat_template: a string, or a list of {name, template} of which
+// the "default" one is the chat template.
+expected<std::string, std::string> config_chat_template(const json& config) {
+  const auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null())
+    return std::string();
+  if (it->is_string())
+    return it->get<std::string>();
+  if (it->is_array()) {
+    for (const auto& t : *it)
+      if (t.is_object() && t.value("name", "") == "default" && t.contains("template")
+          && t["template"].is_string())
+        return t["template"].get<std::string>();
+    return std::string();
+  }
+  return unexpected(std::string("tokenizer_config.json: chat_template is neither a string nor a "
+                                "list of named templates"));
+}
+
 // The id of an eos_token entry of tokenizer_config.json: a string or an AddedToken object.
 expected<std::optional<token_id>, std::string> config_token(const json& config, const char* key,
                                                             const hf_tokenizer& tok) {
@@ -503,13 +538,53 @@ hf_tokenizer::parse(std::string_view tokenizer_json, std::string_view tokenizer_
         return unexpected(load_error(eos.error()));
       if (*eos)
         add_stop(**eos);
+      auto tmpl = config_chat_template(*config);
+      if (!tmpl)
+        return unexpected(load_error(tmpl.error()));
+      tok->chat_template_ = std::move(*tmpl);
+      tok->bos_text_ = config_token_text(*config, "bos_token");
+      tok->eos_text_ = config_token_text(*config, "eos_token");
     }
+    for (const auto& [text, id] : tok->added_by_text_)
+      if (tok->is_special(id))
+        tok->special_texts_.emplace_back(text, id);
+    std::sort(tok->special_texts_.begin(), tok->special_texts_.end(),
+              [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+#if KVLANE_HAVE_LLAMACPP
+    if (!tok->chat_template_.empty()) {
+      auto parsed = jinja_template::parse(tok->chat_template_, tok->bos_text_, tok->eos_text_);
+      if (parsed)
+        tok->jinja_ = std::shared_ptr<const jinja_template>(std::move(*parsed));
+      else
+        tok->jinja_error_ = parsed.error().message;
+    }
+#endif
     return tok;
   } catch (const json::exception& e) {
     return unexpected(load_error(std::string("tokenizer files: ") + e.what()));
   } catch (const std::bad_alloc&) {
     return unexpected(backend_error{backend_errc::out_of_memory, "tokenizer files: out of memory"});
   }
+}
+
+expected<std::vector<token_id>, backend_error>
+hf_tokenizer::apply_chat_template(std::span<const chat_message> messages,
+                                  bool add_generation_prompt) const {
+  if (chat_template_.empty())
+    return unexpected(load_error("tokenizer_config.json carries no chat_template"));
+#if KVLANE_HAVE_LLAMACPP
+  if (!jinja_)
+    return unexpected(load_error(jinja_error_));
+  auto parts = jinja_->render(messages, add_generation_prompt);
+  if (!parts)
+    return unexpected(std::move(parts).error());
+  return jinja_template::tokens_of(*parts, *this, special_texts_);
+#else
+  (void)messages;
+  (void)add_generation_prompt;
+  return unexpected(load_error("this build has no Jinja engine (it comes with llama.cpp: "
+                               "scripts/llama-cpp, -DKVLANE_LLAMACPP=on)"));
+#endif
 }
 
 expected<std::unique_ptr<hf_tokenizer>, backend_error>

@@ -37,11 +37,13 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kvlane::backends {
 
 struct hf_tokenizer_parts; // what the loader assembles (hf_tokenizer.cpp)
+class jinja_template;      // jinja/jinja_template.hpp
 
 class hf_tokenizer final : public tokenizer {
 public:
@@ -65,6 +67,11 @@ public:
   std::span<const token_id> stop_tokens() const noexcept override { return stop_; }
   std::optional<token_id> special_token(std::string_view text) const noexcept override;
   std::uint32_t size() const noexcept override { return size_; }
+  /// tokenizer_config.json's chat_template (the "default" one of a list), empty if none.
+  std::string_view chat_template() const noexcept override { return chat_template_; }
+  /// Renders chat_template() through llama.cpp's Jinja engine (builds with llama.cpp).
+  expected<std::vector<token_id>, backend_error>
+  apply_chat_template(std::span<const chat_message> messages, bool add_generation_prompt) const override;
 
   /// Whether `id` is an added token marked special (it decodes to nothing).
   bool is_special(token_id id) const noexcept {
@@ -86,6 +93,12 @@ private:
   std::optional<token_id> bos_;
   std::vector<token_id> stop_;
   std::uint32_t size_ = 0;
+  std::string chat_template_;
+  std::string bos_text_, eos_text_;  ///< tokenizer_config.json's bos_token / eos_token
+  std::vector<std::pair<std::string, token_id>> special_texts_; ///< longest first
+  /// chat_template_ parsed (shared_ptr: its deleter exists only in builds with the engine).
+  std::shared_ptr<const jinja_template> jinja_;
+  std::string jinja_error_;          ///< why chat_template_ did not parse, else empty
 };
 
 } // namespace kvlane::backends

@@ -102,6 +102,11 @@ json status(const admin_services& s) {
     const auto* m = s.engine->find_model(st.model);
     auto busy = [](const auto& hb) { return hb && hb->busy_since_ns.load() != 0; };
     models.push_back({{"name", st.model},
+                      {"backend", m ? m->info.kind : std::string{}},
+                      {"runtime", m ? m->info.runtime_version : std::string{}},
+                      {"max_context", m ? m->info.max_context : 0u},
+                      {"kv_bytes_per_token", m ? m->info.bytes_per_token : 0u},
+                      {"snapshot_bytes", m ? m->info.snapshot_bytes : 0u},
                       {"state", st.failed_model ? "failed" : "serving"},
                       {"error", st.failure},
                       {"device", device_json(st)},

@@ -3,6 +3,7 @@
 #include "actors/engine.hpp"
 #include "daemon/admin_server.hpp"
 #include "daemon/gateway.hpp"
+#include "daemon/gguf_model.hpp"
 #include "common/logging.hpp"
 #include "daemon/http/server.hpp"
 #include "daemon/metrics.hpp"
@@ -521,16 +522,39 @@ namespace {
 
 struct cli_options {
   std::string config_path{default_config_path};
+  bool config_given = false;
+  std::string gguf; ///< --gguf: serve this file instead of the configured models
   bool check = false;
 };
 
 void print_usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: kvlaned [--config PATH] [--check] [--version] [--help]\n"
+               "usage: kvlaned [--config PATH] [--gguf FILE] [--check] [--version] [--help]\n"
                "  --config PATH  configuration file (default %s)\n"
+               "  --gguf FILE    serve this GGUF model (backend llamacpp, [model.llamacpp]\n"
+               "                 defaults) instead of the configured models; without --config\n"
+               "                 every other key keeps its default\n"
                "  --check        validate the configuration and exit (0 valid, 1 invalid)\n"
                "  --version      print the version and exit\n",
                default_config_path.data());
+}
+
+/// The config of `--gguf FILE`: the given (or built-in default) config with its models
+/// replaced by one llamacpp model named after the file.
+expected<config, config_error> load_with_gguf(const cli_options& opts) {
+  std::error_code ec;
+  const auto path = std::filesystem::absolute(opts.gguf, ec).lexically_normal();
+  const auto model = gguf_model_toml(path.string());
+  if (!model)
+    return unexpected(config_error{"", 0, model.error()});
+  auto gguf_cfg = parse("version = 1\n" + *model, "--gguf");
+  if (!gguf_cfg || !opts.config_given)
+    return gguf_cfg;
+  auto cfg = load(opts.config_path);
+  if (!cfg)
+    return cfg;
+  cfg->models = std::move(gguf_cfg->models);
+  return cfg;
 }
 
 } // namespace
@@ -549,8 +573,14 @@ int run_main(int argc, char** argv) {
     std::string_view a{argv[i]};
     if (a == "--config" && i + 1 < argc) {
       opts.config_path = argv[++i];
+      opts.config_given = true;
     } else if (a.starts_with("--config=")) {
       opts.config_path = std::string{a.substr(9)};
+      opts.config_given = true;
+    } else if (a == "--gguf" && i + 1 < argc) {
+      opts.gguf = argv[++i];
+    } else if (a.starts_with("--gguf=")) {
+      opts.gguf = std::string{a.substr(7)};
     } else if (a == "--check") {
       opts.check = true;
     } else if (a == "--version") {
@@ -566,7 +596,7 @@ int run_main(int argc, char** argv) {
     }
   }
 
-  auto cfg = load(opts.config_path);
+  auto cfg = opts.gguf.empty() ? load(opts.config_path) : load_with_gguf(opts);
   if (!cfg) {
     std::fprintf(stderr, "kvlaned: invalid configuration: %s\n", cfg.error().message.c_str());
     return static_cast<int>(opts.check ? exit_code::check_failed : exit_code::config_error);

@@ -108,6 +108,9 @@ status parse_model(const reporter& r, const section& s, model_section& out) {
       s.key("name"), s.line("name"),
       fmt::format("must be 1 to 64 characters from A-Z a-z 0-9 . _ - (got {})", quoted(out.name))));
   KVLANE_CONFIG_TRY(backends::parse_backend_config(r, s, out.backend));
+  // A GGUF carries its chat template: its models follow it unless told otherwise.
+  if (out.backend.kind == "llamacpp")
+    out.chat_format = backends::chat_format::automatic;
   if (s.find("chat_format") != nullptr) {
     std::string name;
     KVLANE_CONFIG_TRY(read_string(r, s, "chat_format", name));
@@ -115,7 +118,9 @@ status parse_model(const reporter& r, const section& s, model_section& out) {
     if (!f)
       return unexpected(r.bad_value(
         s.key("chat_format"), s.line("chat_format"),
-        fmt::format("must be one of \"chatml\", \"llama3\", \"exaone\" (got {})", quoted(name))));
+        fmt::format("must be one of \"chatml\", \"llama3\", \"exaone\", \"auto\", "
+                    "\"template\" (got {})",
+                    quoted(name))));
     out.chat_format = *f;
   }
 

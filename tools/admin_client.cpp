@@ -145,6 +145,13 @@ void print_status(const json& r) {
                m["queued"].get<int>(), m["parked"].get<int>(),
                m["tokens_generated"].get<std::uint64_t>(), m["preemptions"].get<std::uint64_t>(),
                m["swaps"].get<std::uint64_t>(), m["recomputes"].get<std::uint64_t>());
+    fmt::print("      {:<20} backend {}{}, context {}, KV {} per token, {} per full slot\n", "",
+               m.value("backend", std::string{"?"}),
+               m.value("runtime", std::string{}).empty()
+                 ? std::string{}
+                 : " (" + m.value("runtime", std::string{}) + ")",
+               m.value("max_context", 0u), human_bytes(m.value("kv_bytes_per_token", 0.0)),
+               human_bytes(m.value("snapshot_bytes", 0.0)));
     fmt::print("      {:<20} {}\n", "", reuse_line(m["reuse"]));
     print_device(m);
   }
