@@ -658,7 +658,7 @@ TEST_CASE("sim_backend: make_backend builds the sim and rejects unknown kinds") 
   auto unknown = make_backend("m", cfg);
   REQUIRE_FALSE(unknown.has_value());
   CHECK(unknown.error().code == backend_errc::invalid_argument);
-  CHECK(unknown.error().message == "unknown backend 'tpu' (known: sim, qbruntime)");
+  CHECK(unknown.error().message == "unknown backend 'tpu' (known: sim, qbruntime, llamacpp)");
   backend_config bad;
   bad.sim = small_options();
   bad.sim.slots = 0;
