@@ -511,6 +511,8 @@ reload_report app::reload() {
     r.needs_restart.push_back("admin.socket_mode");
   if (next.metrics != now.metrics)
     r.needs_restart.push_back("metrics");
+  if (next.http != now.http)
+    r.needs_restart.push_back("http");
 
   log->info("reloaded {}: applied [{}]; needs a restart: [{}]", config_path_,
             fmt::join(r.applied, "; "), fmt::join(r.needs_restart, "; "));

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -428,7 +429,7 @@ status parse_http(const reporter& r, const section& root, http_section& out) {
     return {};
   const section s{**table, "http"};
   KVLANE_CONFIG_TRY(check_keys(r, s,
-                               {"listen", "api_key", "api_key_file", "cors_origins",
+                               {"listen", "api_key", "api_key_file", "cors_origins", "allowed_hosts",
                                 "max_connections", "max_body_bytes", "max_header_bytes",
                                 "idle_timeout_ms", "header_timeout_ms"}));
   KVLANE_CONFIG_TRY(read_string(r, s, "listen", out.listen));
@@ -486,6 +487,30 @@ status parse_http(const reporter& r, const section& root, http_section& out) {
                       "optional port, no path) (got {})",
                       quoted(v))));
       out.cors_origins.push_back(v);
+    }
+  }
+  if (const auto* n = s.find("allowed_hosts")) {
+    const auto* array = n->as_array();
+    if (array == nullptr)
+      return unexpected(r.wrong_type(s.key("allowed_hosts"), *n, "array of host names"));
+    out.allowed_hosts.clear();
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const auto& e = *array->get(i);
+      const auto key = fmt::format("{}[{}]", s.key("allowed_hosts"), i);
+      const auto* str = e.as_string();
+      if (str == nullptr)
+        return unexpected(r.wrong_type(key, e, "string"));
+      const auto& v = str->get();
+      const bool name = !v.empty() && std::all_of(v.begin(), v.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+      });
+      if (v != "*" && !name)
+        return unexpected(r.bad_value(
+          key, line_of(e),
+          fmt::format("must be a host name such as \"kvlane.lan\" (no scheme, port or path), "
+                      "or \"*\" for any host (got {})",
+                      quoted(v))));
+      out.allowed_hosts.push_back(v);
     }
   }
   KVLANE_CONFIG_TRY(read_int(r, s, "max_connections", out.max_connections, 1, 65536));

@@ -89,6 +89,8 @@ struct http_section {
   std::string api_key;      ///< bearer key clients must send; empty = none
   std::string api_key_file; ///< file holding the key (first line), read at start-up
   std::vector<std::string> cors_origins; ///< origins allowed by CORS; empty = none
+  /// Host names requests may carry besides loopback names and IP literals; "*" = any.
+  std::vector<std::string> allowed_hosts;
   std::uint32_t max_connections = 256;   ///< open connections at once
   std::uint64_t max_body_bytes = 4ull << 20; ///< bytes of one request body
   std::uint32_t max_header_bytes = 16u << 10; ///< bytes of one request's start line and headers

@@ -5,6 +5,70 @@
 
 namespace kvlane::daemon::http {
 
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool is_ipv4(std::string_view s) noexcept {
+  int parts = 0;
+  while (true) {
+    std::size_t digits = 0;
+    unsigned value = 0;
+    while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits])) && digits < 4) {
+      value = value * 10 + static_cast<unsigned>(s[digits] - '0');
+      ++digits;
+    }
+    if (digits == 0 || digits > 3 || value > 255)
+      return false;
+    s.remove_prefix(digits);
+    if (++parts == 4)
+      return s.empty();
+    if (s.empty() || s.front() != '.')
+      return false;
+    s.remove_prefix(1);
+  }
+}
+
+bool is_bracketed_ipv6(std::string_view s) noexcept {
+  if (s.size() < 4 || s.front() != '[' || s.back() != ']')
+    return false;
+  s = s.substr(1, s.size() - 2);
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.';
+  });
+}
+
+} // namespace
+
+bool host_allowed(std::string_view host_header, std::string_view listen_host,
+                  const std::vector<std::string>& allowed) {
+  if (host_header.empty())
+    return true;
+  // The host without its port: "[v6]:port", "[v6]", "name:port", "name".
+  std::string_view host = host_header;
+  if (host.front() == '[') {
+    const auto close = host.find(']');
+    if (close == std::string_view::npos)
+      return false;
+    host = host.substr(0, close + 1);
+  } else if (const auto colon = host.rfind(':'); colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  const auto h = lower(host);
+  if (h == "localhost" || h.ends_with(".localhost") || is_ipv4(h) || is_bracketed_ipv6(h))
+    return true;
+  const auto listen = lower(listen_host);
+  if (h == listen || h == "[" + listen + "]")
+    return true;
+  return std::any_of(allowed.begin(), allowed.end(),
+                     [&](const std::string& a) { return a == "*" || lower(a) == h; });
+}
+
 bool constant_time_equal(std::string_view a, std::string_view b) noexcept {
   // Always walks all of `b` (the secret), whatever `a` holds.
   unsigned char diff = a.size() == b.size() ? 0 : 1;

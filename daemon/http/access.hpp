@@ -23,6 +23,16 @@ bool bearer_matches(std::string_view authorization, std::string_view key) noexce
 std::optional<std::string> allowed_origin(std::string_view origin,
                                           const std::vector<std::string>& allowed);
 
+/// Whether a request's Host header names this server, so that a page on another site
+/// cannot reach it by DNS rebinding (a name of the attacker's resolving to this address).
+/// Allowed, case-insensitively and whatever the port: a loopback name (localhost,
+/// *.localhost, 127.0.0.1, [::1]), the listen address's host, any IP literal (a browser
+/// sends one only to a page served from that very address), and `allowed` (host names
+/// from [http] allowed_hosts; "*" allows every host, for a reverse proxy that checks).
+/// An absent Host (HTTP/1.0 tools) is allowed: browsers always send one.
+bool host_allowed(std::string_view host_header, std::string_view listen_host,
+                  const std::vector<std::string>& allowed);
+
 /// Whether a client-sent header list (Access-Control-Request-Headers) is safe
 /// to echo back: header-name characters, commas and spaces only.
 bool valid_header_list(std::string_view list) noexcept;

@@ -158,6 +158,8 @@ void connection::read_header() {
       self->reject(400, "malformed HTTP request: " + ec.message());
       return;
     }
+    if (self->refuse_before_body())
+      return;
     const auto& req = self->parser_->get();
     if (const auto len = self->parser_->content_length();
         len && *len > self->settings_.limits->max_body_bytes) {
@@ -236,15 +238,6 @@ void connection::handle() {
     respond(std::move(r));
     return;
   }
-  if (!settings_.api_key.empty() && needs_key(path)
-      && !bearer_matches(sv(req[bhttp::field::authorization]), settings_.api_key)) {
-    auto e = invalid("", "missing or incorrect API key: send it as 'Authorization: Bearer KEY'",
-                     "invalid_api_key");
-    e.status = 401;
-    respond(error_response(e, dialect_of(path)));
-    return;
-  }
-
   request_view view;
   view.method = req.method();
   view.path = path;
@@ -349,6 +342,41 @@ void connection::linger_close() {
   arm_read_deadline(std::min<std::chrono::milliseconds>(settings_.limits->idle_timeout,
                                                         std::chrono::seconds(2)));
   watch_peer();
+}
+
+bool connection::refuse_before_body() {
+  const auto& req = parser_->get();
+  const std::string_view target = sv(req.target());
+  const auto path = target.substr(0, target.find('?'));
+  auto refuse = [&](unsigned status, std::string message, std::string code) {
+    phase_ = phase::handling;
+    exchange_active_ = true;
+    streaming_ = false;
+    keep_alive_ = false; // the body, if any, is never read
+    http10_ = req.version() < 11;
+    head_only_ = req.method() == bhttp::verb::head;
+    cors_.clear();
+    auto e = invalid("", std::move(message), std::move(code));
+    e.status = status;
+    respond(error_response(e, dialect_of(path)));
+    return true;
+  };
+  if (!host_allowed(sv(req[bhttp::field::host]), settings_.listen_host,
+                    settings_.limits->allowed_hosts))
+    return refuse(403,
+                  "the Host header names another server: add the name to [http] allowed_hosts "
+                  "to serve it",
+                  "host_forbidden");
+  // A request a browser sends from a page: only from an allowed origin, on every endpoint,
+  // so a page elsewhere cannot make the daemon work even without reading the answer.
+  const auto origin = sv(req[bhttp::field::origin]);
+  if (!origin.empty() && !allowed_origin(origin, settings_.limits->cors_origins))
+    return refuse(403, "CORS: this origin is not in [http] cors_origins", "cors_forbidden");
+  if (!settings_.api_key.empty() && req.method() != bhttp::verb::options && needs_key(path)
+      && !bearer_matches(sv(req[bhttp::field::authorization]), settings_.api_key))
+    return refuse(401, "missing or incorrect API key: send it as 'Authorization: Bearer KEY'",
+                  "invalid_api_key");
+  return false;
 }
 
 void connection::reject(unsigned status, std::string message) {

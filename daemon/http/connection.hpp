@@ -40,6 +40,7 @@ struct service;
 struct connection_settings {
   const http_section* limits = nullptr;
   std::string api_key; ///< empty = no key required
+  std::string listen_host; ///< the host of [http] listen, e.g. "192.168.1.10"
 };
 
 class connection final : public responder, public std::enable_shared_from_this<connection> {
@@ -74,6 +75,9 @@ private:
   void write_next();
   void arm_read_deadline(std::chrono::milliseconds d);
   void reject(unsigned status, std::string message);
+  /// Host, Origin and API key, checked from the headers before any body byte is read or
+  /// 100 Continue sent: answers 403 or 401 (closing the connection) and returns true.
+  bool refuse_before_body();
   std::string head(unsigned status, std::string_view content_type,
                    std::optional<std::size_t> length, bool chunked) const;
 

@@ -97,6 +97,7 @@ server::create(const http_section& cfg, std::vector<model_section> models, actor
   p->cfg = cfg;
   p->settings.limits = &p->cfg;
   p->settings.api_key = cfg.api_key;
+  p->settings.listen_host = where->host;
   if (!cfg.api_key_file.empty()) {
     auto key = read_api_key_file(cfg.api_key_file);
     if (!key)
