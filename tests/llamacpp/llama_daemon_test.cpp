@@ -1,8 +1,7 @@
 // The real daemon and CLI on a GGUF: `kvlaned --gguf FILE` with every other key at its
 // default serves HTTP chat and the admin CLI; `kvlane probe --verify` passes on the
 // llamacpp backend and measures the overlap a CPU gives (none: one llama_context).
-#include "tests/support/child_process.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/llamacpp/llama_daemon.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -19,26 +18,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string config_for(const std::string& run_dir) {
-  return fmt::format(R"(version = 1
-[daemon]
-runtime_dir = "{}"
-worker_threads = 2
-[[model]]
-name = "tiny"
-backend = "llamacpp"
-[model.llamacpp]
-gguf = "{}"
-slots = 2
-context = 512
-threads = 2
-batch = 64
-[http]
-listen = "127.0.0.1:0"
-)",
-                     run_dir, KVLANE_TEST_GGUF);
-}
-
 std::string run(const std::string& path, std::vector<std::string> args, int expect = 0) {
   auto p = spawn(path, std::move(args));
   const auto rc = p.wait_exit(180s);
@@ -51,7 +30,7 @@ std::string run(const std::string& path, std::vector<std::string> args, int expe
 
 TEST_CASE("llamacpp daemon: kvlane probe --verify passes on a GGUF and finds no overlap on a CPU") {
   temp_dir dir;
-  const auto config = dir.write("kvlane.toml", config_for(dir.path() + "/run"));
+  const auto config = dir.write("kvlane.toml", kvlane::test::tiny_llama_config(dir.path() + "/run", ""));
   const auto out = run(KVLANE_CLI_PATH, {"probe", "--config", config, "--model", "tiny", "--verify",
                                          "--json"});
   const auto doc = json::parse(out.substr(out.find('{')));

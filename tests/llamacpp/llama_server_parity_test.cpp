@@ -2,8 +2,7 @@
 // on the same generated model: the same greedy request (temperature 0) gives the same text
 // from both HTTP APIs, for completions and for chat (kvlane's rendering of the GGUF's chat
 // template against llama-server's Jinja). Both are real processes driven with curl.
-#include "tests/support/child_process.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/llamacpp/llama_daemon.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -14,12 +13,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <regex>
 
 using namespace std::chrono_literals;
 using kvlane::child_process;
 using kvlane::test::spawn;
-using kvlane::test::temp_dir;
 using json = nlohmann::json;
 
 namespace {
@@ -61,39 +58,11 @@ bool healthy(std::uint16_t port) {
 }
 
 struct servers {
-  temp_dir dir;
-  std::unique_ptr<child_process> kvlaned;
+  kvlane::test::llama_daemon kvlane;
   std::unique_ptr<child_process> llama;
-  std::uint16_t kvlane_port = 0;
   std::uint16_t llama_port = 0;
 
   servers() {
-    const auto run_dir = dir.path() + "/run";
-    const auto config = dir.write("kvlane.toml", fmt::format(R"(version = 1
-[daemon]
-runtime_dir = "{}"
-worker_threads = 2
-[[model]]
-name = "tiny"
-backend = "llamacpp"
-[model.llamacpp]
-gguf = "{}"
-slots = 2
-context = 512
-threads = 2
-batch = 64
-[http]
-listen = "127.0.0.1:0"
-)",
-                                                            run_dir, KVLANE_TEST_GGUF));
-    kvlaned = std::make_unique<child_process>(spawn(KVLANED_PATH, {"--config", config}));
-    REQUIRE(kvlaned->wait_for_output("ready:", 60s));
-    std::smatch m;
-    const std::regex url{R"(on http://127\.0\.0\.1:(\d+))"};
-    const auto out = kvlaned->output();
-    REQUIRE(std::regex_search(out, m, url));
-    kvlane_port = static_cast<std::uint16_t>(std::stoi(m[1]));
-
     llama_port = free_port();
     llama = std::make_unique<child_process>(spawn(
       KVLANE_LLAMA_SERVER, {"-m", KVLANE_TEST_GGUF, "--host", "127.0.0.1", "--port",
@@ -127,7 +96,7 @@ TEST_CASE("llamacpp parity: greedy completions and chats give llama-server's tex
   for (const auto& p : prompts) {
     CAPTURE(p);
     const json body{{"model", "tiny"}, {"prompt", p}, {"max_tokens", 24}, {"temperature", 0}};
-    const auto mine = post(sut.kvlane_port, "/v1/completions", body);
+    const auto mine = post(sut.kvlane.port, "/v1/completions", body);
     REQUIRE(mine.status == 200); // kvlane never fails an answer because of what the model wrote
     const auto theirs = post(sut.llama_port, "/v1/completions", body);
     if (theirs.status != 200) {
@@ -150,7 +119,7 @@ TEST_CASE("llamacpp parity: greedy completions and chats give llama-server's tex
                                               {{"role", "user"}, {"content", q}}})},
                     {"max_tokens", 16},
                     {"temperature", 0}};
-    const auto mine = post(sut.kvlane_port, "/v1/chat/completions", body);
+    const auto mine = post(sut.kvlane.port, "/v1/chat/completions", body);
     REQUIRE(mine.status == 200);
     const auto theirs = post(sut.llama_port, "/v1/chat/completions", body);
     if (theirs.status != 200) {

@@ -2,8 +2,7 @@
 // real client library. A session's turns equal stateless requests carrying the whole
 // history, token for token, and each turn starts from the previous turn's retained KV
 // (parked llama.cpp state, or the warm slot).
-#include "tests/support/child_process.hpp"
-#include "tests/support/temp_dir.hpp"
+#include "tests/llamacpp/llama_daemon.hpp"
 
 #include <kvlane/client.hpp>
 
@@ -13,7 +12,6 @@
 
 using namespace std::chrono_literals;
 using kvlane::test::spawn;
-using kvlane::test::temp_dir;
 using json = nlohmann::json;
 namespace client = kvlane::client;
 using tokens = std::vector<std::uint32_t>;
@@ -61,29 +59,8 @@ turn ask(client::connection& c, const tokens& prompt, const std::string& session
 
 TEST_CASE("llamacpp sessions: turns equal stateless requests with the whole history and reuse "
           "the previous turn's KV") {
-  temp_dir dir;
-  const auto run_dir = dir.path() + "/run";
-  const auto cfg = dir.write("kvlane.toml", fmt::format(R"(version = 1
-[daemon]
-runtime_dir = "{}"
-worker_threads = 2
-[[model]]
-name = "tiny"
-backend = "llamacpp"
-[model.llamacpp]
-gguf = "{}"
-slots = 2
-context = 512
-threads = 2
-batch = 64
-[reuse]
-min_prefix_tokens = 16
-[http]
-listen = ""
-)",
-                                                    run_dir, KVLANE_TEST_GGUF));
-  auto d = spawn(KVLANED_PATH, {"--config", cfg});
-  REQUIRE(d.wait_for_output("ready:", 60s));
+  kvlane::test::llama_daemon d("", "[reuse]\nmin_prefix_tokens = 16");
+  const auto& run_dir = d.run_dir;
   client::connect_options o;
   o.socket_path = run_dir + "/kvlane.sock";
   o.client_name = "llama-session-test";
