@@ -103,6 +103,24 @@ bench-realsize: bench-build
 	  --store-bytes 4GiB --warm-pool-bytes 4GiB --prefault-warm-pool --time-scale 4 --path inproc \
 	  --json $(BENCH_DIR)/realsize.json $(BENCH_FLAGS)
 
+# kvlane against llama.cpp's llama-server over HTTP (docs/benchmarks.md, "Raced against
+# llama-server"): kvlane-bench starts each server in turn on the same GGUF (the bench model
+# kvlane-make-gguf writes, made once) with the same threads, slots, context, batch, KV type
+# and host cache, and races them on one-stream decode and prefill, the Azure trace and a
+# Mooncake sample with causal turns; side by side with the targets -> $(BENCH_DIR)/llama.json.
+.PHONY: bench-llama
+bench-llama: bench-build
+	@mkdir -p $(BENCH_DIR)
+	@test -f $(BENCH_DIR)/bench-llama.gguf || { set -e; prefix=$$(./scripts/llama-cpp); \
+	  cmake --build $(BUILD_DIR) -j $(JOBS) --target kvlane-make-gguf; \
+	  ./$(BUILD_DIR)/kvlane-make-gguf --vocab $$prefix/src/models/ggml-vocab-llama-bpe.gguf \
+	    --size bench --out $(BENCH_DIR)/bench-llama.gguf; }
+	./$(BUILD_DIR)/kvlane-bench --race-llama --gguf $(BENCH_DIR)/bench-llama.gguf \
+	  --llama-server "$$(./scripts/llama-cpp)/build/bin/llama-server" --threads $(JOBS) \
+	  --parallel 4 --ctx-per-seq 2048 --azure-trace $(BENCH_TRACE) \
+	  --mooncake-trace $(BENCH_CONV_TRACE) --interactive-share 0.2 \
+	  --json $(BENCH_DIR)/llama.json $(BENCH_FLAGS)
+
 sanitize: bootstrap
 	cmake -S . -B $(SAN_DIR) -DKVLANE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
 	  -DKVLANE_QBRUNTIME=$(QBRUNTIME) -DKVLANE_LLAMACPP=$(LLAMACPP) $(CMAKE_FLAGS)

@@ -6,6 +6,7 @@
 #include "tools/bench/bench_workload.hpp"
 #include "tools/bench/ipc_driver.hpp"
 #include "tools/bench/plot.hpp"
+#include "tools/bench/race_run.hpp"
 #include "tools/bench/report.hpp"
 #include "tools/bench/report_json.hpp"
 #include "tools/bench/report_plot.hpp"
@@ -67,6 +68,10 @@ int run_bench(const bench_options& o) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   }
+  if (o.race.race_llama)
+    return run_race(o);
+  if (o.path == bench_path::http)
+    return run_http_path(o);
   bench_run_options run;
   run.progress = progress;
   run.kvlaned_path = o.kvlaned_path.empty() ? default_kvlaned_path() : o.kvlaned_path;

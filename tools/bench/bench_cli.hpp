@@ -16,6 +16,9 @@
 // (configuration), bench_workload (requests), bench_run (the runs), report
 // (figures and table), report_json, report_plot (+ plot).
 //
+// Over HTTP (race_run): --path http drives one running OpenAI-compatible
+// server; --race-llama races kvlaned against llama-server on one GGUF.
+//
 // Threading: bench_main runs on the caller's thread and blocks until done.
 
 #include "tools/bench/bench_options.hpp"

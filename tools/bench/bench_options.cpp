@@ -71,9 +71,10 @@ what to run:
                           t its first request's arrival in simulated s (default 300)
   --sweep-quantum         halve scheduler.quantum_steps from its configured value until
                           a mode preempts >= 1 time per slot per simulated second
-  --path inproc|ipc|both  inproc: an in-process engine (default); ipc: a kvlaned child
-                          per mode, driven through the client library; both: each
-                          mode in process then via ipc, with the ipc/inproc ratio
+  --path inproc|ipc|both|http  inproc: an in-process engine (default); ipc: a kvlaned
+                          child per mode, driven through the client library; both: each
+                          mode in process then via ipc, with the ipc/inproc ratio; http:
+                          a running server over its OpenAI API (below)
   --kvlaned PATH          the daemon for ipc/both (default: kvlaned next to this program)
   --config PATH           kvlane.toml to use (default: the built-in bench profile)
   --print-profile         print the built-in profile (a kvlane.toml) and exit
@@ -134,7 +135,8 @@ bool is_mooncake_trace(std::string_view path) noexcept {
 }
 
 std::string_view usage() noexcept {
-  return usage_text;
+  static const std::string text = std::string{usage_text} + std::string{race_usage()};
+  return text;
 }
 
 expected<bench_options, std::string> parse_args(std::span<const std::string_view> args) {
@@ -167,12 +169,14 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
     } else if (a == "--input-scale") {
       if (!positive(o.input_scale, 1000))
         return fail("--input-scale needs a number in (0, 1000]");
+      o.input_scale_given = true;
     } else if (a == "--sample-conversations") {
       auto v = value();
       if (!v || !parse_number(*v, o.sample_conversations) || !(o.sample_conversations > 0)
           || o.sample_conversations > 1)
         return fail("--sample-conversations needs a share in (0, 1]");
       sample_given = true;
+      o.sample_given = true;
     } else if (a == "--users") {
       auto v = value();
       auto u = v ? parse_trace_users(*v) : std::nullopt;
@@ -314,8 +318,10 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
         o.path = bench_path::ipc;
       else if (v == "both")
         o.path = bench_path::both;
+      else if (v == "http")
+        o.path = bench_path::http;
       else
-        return fail("--path needs inproc, ipc or both");
+        return fail("--path needs inproc, ipc, both or http");
     } else if (a == "--kvlaned") {
       auto v = value();
       if (!v || v->empty())
@@ -370,12 +376,26 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
       o.timeline = true;
     } else if (a == "--quiet") {
       o.quiet = true;
-    } else {
+    } else if (auto r = parse_race_flag(args, i, o.race); !r) {
+      return fail(r.error());
+    } else if (*r == race_flag::not_mine) {
       return fail(fmt::format("unknown argument '{}' (see --help)", a));
     }
   }
   if (o.help || o.print_profile)
     return o;
+  if (auto ok = check_race_options(o); !ok)
+    return fail(ok.error());
+  if (o.path == bench_path::http || o.race.race_llama) {
+    const bool mooncake_trace = !o.synthetic && is_mooncake_trace(o.trace_path);
+    if ((sample_given || users_given || turns_given) && o.path == bench_path::http && !mooncake_trace)
+      return fail("--sample-conversations, --users and --turns need a Mooncake conversation trace "
+                  "(--trace FILE.jsonl)");
+    if (users_given)
+      return fail("--users scopes reuse per user in process; over HTTP every request is one "
+                  "client's");
+    return o;
+  }
   if (o.load && o.rate_scale)
     return fail("--load and --rate-scale both scale arrivals: give one");
   if (!o.sweep_loads.empty() && o.rate_scale)

@@ -12,6 +12,7 @@
 #include "common/expected.hpp"
 #include "daemon/config.hpp"
 #include "tools/bench/conversation_workload.hpp"
+#include "tools/bench/race_options.hpp"
 #include "tools/bench/reuse_variant.hpp"
 #include "tools/bench/slo.hpp"
 #include "tools/bench/store_split.hpp"
@@ -26,13 +27,18 @@
 
 namespace kvlane::tools::bench {
 
-enum class bench_path : std::uint8_t { inproc, ipc, both };
+/// inproc: the in-process engine; ipc: a kvlaned child through the client
+/// library; both: one then the other; http: a running server over its
+/// OpenAI API (http_driver, race_options).
+enum class bench_path : std::uint8_t { inproc, ipc, both, http };
 
 struct bench_options {
   std::string trace_path;
   bool synthetic = false;
   double input_scale = 1.0;           ///< multiplies prompt lengths (and a Mooncake block)
+  bool input_scale_given = false;
   double sample_conversations = 1.0;  ///< Mooncake: share of conversations kept, seeded
+  bool sample_given = false;
   trace_users users = trace_users::conversation; ///< Mooncake: who sends each conversation
   /// Mooncake: a turn is not sent before the previous turn of its
   /// conversation has ended (--turns causal, the default) or goes at its
@@ -78,6 +84,8 @@ struct bench_options {
   bool help = false;
   bool print_profile = false;         ///< print the built-in profile and exit
   std::string command_line;           ///< as invoked, shell-quoted
+  /// --path http and --race-llama (race_options).
+  race_options race;
 };
 
 /// The exit codes of kvlane-bench (sysexits.h): 0 when it ran, whatever the
