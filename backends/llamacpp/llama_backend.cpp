@@ -303,7 +303,8 @@ expected<void, backend_error> llama_backend::step(std::span<const step_row> rows
     return unexpected(error(backend_errc::invalid_argument, "step with no rows"));
   std::lock_guard lock(mutex_);
   std::size_t total = 0;
-  std::vector<bool> used(info_.slots, false);
+  auto& used = step_slot_used_;
+  used.assign(info_.slots, 0);
   for (const auto& r : rows) {
     if (r.slot >= info_.slots)
       return unexpected(error(backend_errc::invalid_argument,
@@ -311,7 +312,7 @@ expected<void, backend_error> llama_backend::step(std::span<const step_row> rows
     if (used[r.slot])
       return unexpected(error(backend_errc::invalid_argument,
                               fmt::format("slot {} appears twice in one step", r.slot)));
-    used[r.slot] = true;
+    used[r.slot] = 1;
     if (r.tokens.empty() || r.tokens.size() > info_.max_prefill_chunk)
       return unexpected(error(backend_errc::invalid_argument,
                               fmt::format("slot {}: a row holds 1 to {} tokens (got {})", r.slot,
@@ -340,7 +341,8 @@ expected<void, backend_error> llama_backend::step(std::span<const step_row> rows
   batch_seq_.resize(total);
   batch_seq_ptr_.resize(total);
   batch_logits_.assign(total, 0);
-  std::vector<std::int32_t> last(rows.size());
+  auto& last = step_last_;
+  last.resize(rows.size());
   std::size_t at = 0;
   for (std::size_t ri = 0; ri < rows.size(); ++ri) {
     const auto& r = rows[ri];

@@ -105,6 +105,8 @@ private:
   std::vector<std::int32_t> batch_seq_;
   std::vector<std::int32_t*> batch_seq_ptr_;
   std::vector<std::int8_t> batch_logits_;
+  std::vector<std::uint8_t> step_slot_used_; ///< a step's slots seen so far (validation)
+  std::vector<std::int32_t> step_last_;      ///< each row's last batch index (its logits)
   double fault_rate_ = 0;            ///< guarded by mutex_
   std::uint64_t fault_rng_ = 0;
   std::uint64_t injected_ = 0;

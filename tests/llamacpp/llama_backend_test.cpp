@@ -163,7 +163,7 @@ TEST_CASE("llamacpp: dump, overwrite and load restore a slot: the continuation i
   CHECK(greedy(*sut, 3, len, logits, 24) == want);
 }
 
-TEST_CASE("llamacpp: a bit flipped in a parked snapshot changes the continuation") {
+TEST_CASE("llamacpp: a parked snapshot whose V rows are scrambled changes the continuation") {
   // The check above can fail: restoring the wrong bytes gives other tokens.
   auto sut = make();
   const auto prompt = prompt_of(sut->tokens(), "Tell me about the history of the printing press");
