@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 namespace kvlane::daemon::http {
@@ -320,14 +322,35 @@ status finish_openai(generation_request& r, bool stream_options_given) {
   return {};
 }
 
+// The fields each Ollama decoder reads, for `null` values: Ollama decodes a null
+// as "not given", so a null for one of these is skipped; any other field is a 400
+// naming it whatever its value, as on the OpenAI side. Keep in step with the
+// readers below (a field missing here only makes its null a 400, never an ignore).
+constexpr std::string_view ollama_option_fields[] = {
+  "temperature", "top_p", "top_k", "seed", "num_predict", "stop", "presence_penalty",
+  "frequency_penalty", "num_ctx"};
+constexpr std::string_view ollama_generate_fields[] = {
+  "model", "stream", "options", "keep_alive", "priority", "session", "prompt", "system", "raw",
+  "images"};
+constexpr std::string_view ollama_chat_fields[] = {
+  "model", "stream", "options", "keep_alive", "priority", "session", "messages"};
+
+template <std::size_t N>
+bool is_one_of(std::string_view key, const std::string_view (&fields)[N]) {
+  return std::find(std::begin(fields), std::end(fields), key) != std::end(fields);
+}
+
 /// Ollama's "options": the sampling fields kvlane implements.
 status read_ollama_options(const json& v, generation_request& r) {
   if (!v.is_object())
     return unexpected(wrong_type("options", "an object", v));
   for (const auto& [k, x] : v.items()) {
     const auto p = "options." + k;
-    if (x.is_null())
+    if (x.is_null()) {
+      if (!is_one_of(k, ollama_option_fields))
+        return unexpected(unsupported(p));
       continue;
+    }
     if (k == "temperature")
       KVLANE_HTTP_TRY(read_real(x, p, r.temperature, 0.0, 100.0));
     else if (k == "top_p") {
@@ -499,8 +522,11 @@ expected<generation_request, api_error> decode_ollama_generate(std::string_view 
   r.what = generation_request::kind::completion;
   r.raw_prompt = false;
   for (const auto& [k, x] : doc->items()) {
-    if (x.is_null())
+    if (x.is_null()) {
+      if (!is_one_of(k, ollama_generate_fields))
+        return unexpected(unsupported(k));
       continue;
+    }
     if (k == "prompt") {
       KVLANE_HTTP_TRY(read_string(x, k, r.prompt_text));
     } else if (k == "system") {
@@ -530,8 +556,11 @@ expected<generation_request, api_error> decode_ollama_chat(std::string_view body
   auto r = ollama_defaults();
   r.what = generation_request::kind::chat;
   for (const auto& [k, x] : doc->items()) {
-    if (x.is_null())
+    if (x.is_null()) {
+      if (!is_one_of(k, ollama_chat_fields))
+        return unexpected(unsupported(k));
       continue;
+    }
     if (k == "messages") {
       KVLANE_HTTP_TRY(read_messages(x, r.messages, true));
       continue;

@@ -1,6 +1,7 @@
 #include "daemon/http/request_decoder.hpp"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <string>
 
@@ -137,7 +138,7 @@ TEST_CASE("request_decoder: bad values get a 400 naming the field and the limit"
   }
 }
 
-TEST_CASE("request_decoder: malformed or deeply nested JSON is a 400, never a crash") {
+TEST_CASE("request_decoder: malformed JSON is a 400 invalid_json, never a crash") {
   for (std::string body : {std::string{"{"}, std::string{"[]"}, std::string{"nul"},
                            std::string(100000, '['), std::string{"{\"model\":\"m\"} trailing"}}) {
     CAPTURE(body.substr(0, 40));
@@ -145,6 +146,50 @@ TEST_CASE("request_decoder: malformed or deeply nested JSON is a 400, never a cr
     CHECK(e.status == 400);
     CHECK(e.code == "invalid_json");
   }
+}
+
+namespace {
+
+/// A well-formed chat request whose extra field "x" holds arrays and objects
+/// nested so that the whole body is `levels` deep (the body's object is level 1).
+std::string nested_request(std::size_t levels) {
+  std::string open, close;
+  for (std::size_t level = 2; level <= levels; ++level) {
+    if (level % 2 == 0) {
+      open += "[";
+      close.insert(0, "]");
+    } else {
+      open += "{\"a\":";
+      close.insert(0, "}");
+    }
+  }
+  return R"({"model":"m","messages":[{"role":"user","content":"x"}],"x":)" + open + "1" + close
+         + "}";
+}
+
+} // namespace
+
+TEST_CASE("request_decoder: well-formed JSON 33 levels deep is a 400 naming the limit, 32 levels parse") {
+  REQUIRE(max_json_depth == 32);
+  const auto too_deep = nested_request(max_json_depth + 1);
+  REQUIRE(nlohmann::json::accept(too_deep)); // well-formed: only the depth is wrong
+  const auto e = error_of(decode_chat_completion(too_deep));
+  CHECK(e.status == 400);
+  CHECK(e.code == "invalid_json");
+  CHECK(e.message == "malformed JSON: nested deeper than 32 levels");
+
+  // One level less passes the depth bound and is parsed: the decoder gets as far as
+  // the field it does not implement and names it.
+  const auto deepest = decode_chat_completion(nested_request(max_json_depth));
+  REQUIRE_FALSE(deepest.has_value());
+  CHECK(deepest.error().code == "unsupported_parameter");
+  CHECK(deepest.error().param == "x");
+
+  // Brackets inside strings are text, not nesting.
+  const auto in_string = decode_chat_completion(
+    R"({"model":"m","messages":[{"role":"user","content":")" + std::string(100, '[') + R"("}]})");
+  REQUIRE(in_string.has_value());
+  CHECK(in_string->messages[0].content == std::string(100, '['));
 }
 
 TEST_CASE("request_decoder: a completion takes a string or token ids and defaults to 16 tokens") {
@@ -183,6 +228,40 @@ TEST_CASE("request_decoder: Ollama requests stream by default and map options") 
   auto load = decode_ollama_chat(R"({"model":"m","messages":[]})"); // how clients load a model
   REQUIRE(load.has_value());
   CHECK(load->messages.empty());
+}
+
+TEST_CASE("request_decoder: an unknown Ollama field is a 400 naming it, whatever its value, null too") {
+  for (const std::string value : {"null", "1", "\"x\"", "{}"}) {
+    CAPTURE(value);
+    const auto gen = decode_ollama_generate(R"({"model":"m","prompt":"p","context":)" + value + "}");
+    REQUIRE_FALSE(gen.has_value());
+    CHECK(gen.error().status == 400);
+    CHECK(gen.error().param == "context");
+    CHECK(gen.error().message.find("'context'") != std::string::npos);
+    const auto chat =
+      decode_ollama_chat(R"({"model":"m","messages":[],"tools":)" + value + "}");
+    REQUIRE_FALSE(chat.has_value());
+    CHECK(chat.error().param == "tools");
+    const auto option =
+      decode_ollama_chat(R"({"model":"m","messages":[],"options":{"mirostat":)" + value + "}}");
+    REQUIRE_FALSE(option.has_value());
+    CHECK(option.error().param == "options.mirostat");
+  }
+}
+
+TEST_CASE("request_decoder: null for an Ollama field kvlane reads means not given") {
+  const auto gen = decode_ollama_generate(
+    R"({"model":"m","prompt":"p","system":null,"raw":null,"images":null,"keep_alive":null,)"
+    R"("stream":null,"options":{"temperature":null,"num_predict":null}})");
+  REQUIRE(gen.has_value());
+  CHECK(gen->stream); // Ollama's default, as if absent
+  CHECK(gen->temperature == doctest::Approx(0.8));
+  CHECK(gen->system.empty());
+  const auto chat = decode_ollama_chat(R"({"model":"m","messages":null,"options":null,"session":null})");
+  REQUIRE(chat.has_value());
+  CHECK(chat->messages.empty());
+  // A null model is a missing model.
+  CHECK(error_of(decode_ollama_chat(R"({"model":null,"messages":[]})")).param == "model");
 }
 
 TEST_CASE("request_decoder: tokenize and detokenize bodies") {
