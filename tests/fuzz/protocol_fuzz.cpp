@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <string_view>
 
 namespace proto = kvlane::ipc::proto;
@@ -84,8 +85,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text{reinterpret_cast<const char*>(data), size};
   proto::utf8_stream pieces, whole;
   const auto cut = size / 2;
-  const auto a = pieces.feed(text.substr(0, cut)) + pieces.feed(text.substr(cut)) + pieces.flush();
-  const auto b = whole.feed(text) + whole.flush();
+  // One statement per call: the operands of + are evaluated in an unspecified order.
+  std::string a = pieces.feed(text.substr(0, cut));
+  a += pieces.feed(text.substr(cut));
+  a += pieces.flush();
+  std::string b = whole.feed(text);
+  b += whole.flush();
   check(a == b);
   check(proto::valid_utf8(a));
   check(proto::utf8_prefix(text, cut) <= cut);
