@@ -1,6 +1,7 @@
 #include "daemon/config.hpp"
 
 #include "common/config_reader.hpp"
+#include "common/logging.hpp"
 #include "common/model_name.hpp"
 
 #include <fmt/format.h>
@@ -75,6 +76,15 @@ status parse_daemon(const reporter& r, const section& root, daemon_section& out)
       const auto key = ls.key(logger.str());
       if (logger.str().empty())
         return unexpected(r.bad_value(key, line_of(node), "logger name must not be empty"));
+      // A misspelt logger would otherwise leave the level it meant to set unchanged.
+      if (!logging::known_logger(logger.str())) {
+        std::string names;
+        for (auto n : logging::logger_names())
+          names += (names.empty() ? "" : ", ") + quoted(n);
+        return unexpected(r.bad_value(key, line_of(node),
+                                      fmt::format("unknown logger {} (the loggers are {})",
+                                                  quoted(logger.str()), names)));
+      }
       std::string level;
       KVLANE_CONFIG_TRY(read_choice(r, ls, logger.str(), level,
                                     std::span<const choice<std::string_view>>(log_level_names)));

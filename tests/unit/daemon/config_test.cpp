@@ -1,5 +1,7 @@
 #include "daemon/config.hpp"
 
+#include "common/logging.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -466,6 +468,20 @@ TEST_CASE("config: an unknown top-level key is an error naming key and line") {
   check_error(e, "schedular", 4);
   CHECK(contains(e.message, "unknown key 'schedular'"));
   CHECK(contains(e.message, "did you mean 'scheduler'?"));
+}
+
+TEST_CASE("config: an unknown logger in daemon.log_levels is an error naming file, line and the loggers") {
+  const auto e = parse_error(std::string(minimal) + "[daemon.log_levels]\nscheduler = \"debug\"\n"
+                             "schedular = \"trace\"\n");
+  check_error(e, "daemon.log_levels.schedular", 6);
+  CHECK(e.message
+        == "test.toml:6: daemon.log_levels.schedular: unknown logger \"schedular\" (the loggers are "
+           "\"daemon\", \"backend\", \"scheduler\", \"store\", \"ipc\", \"admin\", \"probe\", \"http\")");
+  // Every logger the daemon creates is accepted.
+  std::string all = std::string(minimal) + "[daemon.log_levels]\n";
+  for (auto name : kvlane::logging::logger_names())
+    all += std::string(name) + " = \"warn\"\n";
+  CHECK(parse_ok(all).daemon.log_levels.size() == kvlane::logging::logger_names().size());
 }
 
 TEST_CASE("config: an unknown key in model.sim is an error naming the dotted key") {
