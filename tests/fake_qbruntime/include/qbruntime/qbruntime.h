@@ -20,8 +20,10 @@
 
 namespace mobilint {
 
-/// Status numbers as documented; the names of the numbers the documentation does not
-/// name are this stand-in's own.
+/// Status numbers as documented (qbruntime 1.0.0's status_code.h, as kvlane's design notes
+/// and docs/backends.md "Errors" list them; tests/unit/backends/qbruntime checks them). The
+/// names of the numbers the documentation does not name, and ShapeMismatched's 70 and the
+/// Fake_ numbers >= 200, are this stand-in's own.
 enum class StatusCode : int {
   OK = 0,
   Model_NotLaunched = 9,

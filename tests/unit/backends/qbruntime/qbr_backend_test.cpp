@@ -13,7 +13,14 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <iterator>
+#include <string_view>
 #include <thread>
+#include <utility>
+
+#if KVLANE_QBRUNTIME_FAKE
+#include <qbruntime/qbruntime.h>
+#endif
 
 using namespace kvlane;
 using backends::backend_errc;
@@ -316,48 +323,90 @@ TEST_CASE("qbruntime: slots are isolated, and restoring another slot's snapshot 
   CHECK(after != a_cont);
 }
 
-TEST_CASE("qbruntime: runtime status codes map to backend errors") {
-  CHECK(backends::qbr_error_code(53) == backend_errc::context_overflow);
-  for (int c : {13, 32, 39, 44})
-    CHECK(backends::qbr_error_code(c) == backend_errc::out_of_memory);
-  CHECK(backends::qbr_error_code(60) == backend_errc::snapshot_mismatch);
-  CHECK(backends::qbr_error_code(63) == backend_errc::snapshot_mismatch);
-  CHECK(backends::qbr_error_code(42) == backend_errc::device_timeout);
-  CHECK(backends::qbr_error_code(35) == backend_errc::device_timeout);
-  CHECK(backends::qbr_error_code(9) == backend_errc::device_failure);
-  CHECK(backends::qbr_error_code(54) == backend_errc::device_failure);
+// The StatusCode numbers qbruntime documents and the backend error each must become: the
+// "error map" row of the qbruntime design notes (shared/design/QBRUNTIME.md, section 1; read
+// from qbruntime 1.0.0's status_code.h) as docs/backends.md, "Errors", states it. Names are
+// given where the notes give them; every other number is a device_failure.
+namespace {
 
-  struct injected {
-    std::string_view key;
-    int code;
-    backend_errc want;
+struct documented_status {
+  int number;
+  std::string_view name;
+  backend_errc want;
+};
+constexpr documented_status documented_statuses[] = {
+  {53, "Model_CacheOverflow", backend_errc::context_overflow},
+  {39, "BadAlloc", backend_errc::out_of_memory},
+  {13, "", backend_errc::out_of_memory},
+  {32, "", backend_errc::out_of_memory},
+  {44, "", backend_errc::out_of_memory},
+  {60, "NumCacheMismatched", backend_errc::snapshot_mismatch},
+  {63, "BufferSizeMismatched", backend_errc::snapshot_mismatch},
+  {42, "Acc_NPUTimeout", backend_errc::device_timeout},
+  {35, "", backend_errc::device_timeout},
+  {9, "NotLaunched", backend_errc::device_failure},
+  {54, "NoCache", backend_errc::device_failure},
+};
+
+} // namespace
+
+TEST_CASE("qbruntime: each documented StatusCode number becomes its documented backend error") {
+  for (const auto& d : documented_statuses) {
+    CAPTURE(d.number);
+    CAPTURE(d.name);
+    CHECK(backends::qbr_error_code(d.number) == d.want);
+  }
+  for (int undocumented : {1, 2, 70, 200})
+    CHECK(backends::qbr_error_code(undocumented) == backend_errc::device_failure);
+}
+
+#if KVLANE_QBRUNTIME_FAKE
+TEST_CASE("qbruntime: the stand-in SDK's StatusCode names carry the documented numbers") {
+  using mobilint::StatusCode;
+  const std::pair<StatusCode, int> named[] = {
+    {StatusCode::OK, 0},
+    {StatusCode::Model_CacheOverflow, 53},
+    {StatusCode::BadAlloc, 39},
+    {StatusCode::Model_NumCacheMismatched, 60},
+    {StatusCode::Model_BufferSizeMismatched, 63},
+    {StatusCode::Acc_NPUTimeout, 42},
+    {StatusCode::Model_NotLaunched, 9},
+    {StatusCode::Model_NoCache, 54},
   };
-  // fail_*_nth = 2: the dump at create() (calibration) is the first dump call.
-  const injected cases[] = {{"fail_infer_nth = 1", 39, backend_errc::out_of_memory},
-                            {"fail_dump_nth = 2", 42, backend_errc::device_timeout},
-                            {"fail_load_nth = 1", 63, backend_errc::snapshot_mismatch},
-                            {"fail_load_nth = 1", 9, backend_errc::device_failure}};
-  for (const auto& c : cases) {
-    CAPTURE(c.key);
-    test::qbr_model_dir dir(batch_mxq(std::string(c.key) + "\nfail_code = " + std::to_string(c.code) + "\n"),
-                            vocab, hidden);
+  for (const auto& [code, number] : named)
+    CHECK(static_cast<int>(code) == number);
+}
+#endif
+
+TEST_CASE("qbruntime: a documented status returned by the runtime fails the call with its error") {
+  // Each documented number, injected into the stand-in's Nth call, goes through the shim and
+  // the adapter. fail_dump_nth = 2: the dump at create() (calibration) is the first dump call.
+  const std::string_view calls[] = {"fail_infer_nth = 1", "fail_dump_nth = 2", "fail_load_nth = 1"};
+  std::size_t i = 0;
+  for (const auto& d : documented_statuses) {
+    const auto key = calls[i++ % std::size(calls)];
+    CAPTURE(key);
+    CAPTURE(d.number);
+    test::qbr_model_dir dir(
+      batch_mxq(std::string(key) + "\nfail_code = " + std::to_string(d.number) + "\n"), vocab,
+      hidden);
     auto sut = open(dir);
     std::vector<std::byte> snap(sut->info().snapshot_bytes);
     step_output out;
     const token_id t[] = {1};
     step_row row{0, 0, t};
     expected<void, backends::backend_error> r;
-    if (c.key.starts_with("fail_infer"))
+    if (key.starts_with("fail_infer")) {
       r = sut->step(std::span{&row, 1}, out);
-    else if (c.key.starts_with("fail_dump")) {
+    } else if (key.starts_with("fail_dump")) {
       if (auto n = sut->dump(0, 0, snap); !n)
         r = unexpected(std::move(n.error()));
-    }
-    else
+    } else {
       r = sut->load(0, 0, snap);
+    }
     REQUIRE_FALSE(r.has_value());
-    CHECK(r.error().code == c.want);
-    CHECK(r.error().message.find("status " + std::to_string(c.code)) != std::string::npos);
+    CHECK(r.error().code == d.want);
+    CHECK(r.error().message.find("status " + std::to_string(d.number)) != std::string::npos);
   }
 }
 
