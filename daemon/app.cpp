@@ -11,6 +11,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
 
 
 #include <cerrno>
@@ -120,6 +121,11 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string 
   if (threads == 0)
     threads = std::max(1u, std::thread::hardware_concurrency());
   self->actor_cfg_->set("scheduler.max-threads", static_cast<size_t>(threads));
+  // Work sharing: idle workers block on a condition variable. CAF's default (work stealing)
+  // polls for ~25 ms after every message, and the schedulers message each other every step,
+  // so its workers never sleep while a model runs: they take CPU from the backend's compute
+  // threads (ggml's OpenMP team waits at barriers for a descheduled thread).
+  self->actor_cfg_->set("scheduler.policy", caf::atom("sharing"));
   self->system_ = std::make_unique<caf::actor_system>(*self->actor_cfg_);
   log->info("actor system started with {} worker threads", threads);
   self->on_stop("actor system", [s = self.get()] {
