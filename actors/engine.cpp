@@ -241,6 +241,11 @@ void engine::cancel(std::string_view model, seq_id id) {
     caf::anon_send(m->scheduler, cancel_atom::value, id);
 }
 
+void engine::stop(std::string_view model, seq_id id, std::uint32_t generated, std::uint32_t keep) {
+  if (auto* m = find_model(model))
+    caf::anon_send(m->scheduler, stop_atom::value, id, generated, std::min(keep, generated));
+}
+
 bool engine::cancel(seq_id id, std::chrono::milliseconds timeout) {
   for (auto& s : list(timeout))
     if (s.id == id) {

@@ -11,10 +11,10 @@
 // daemon (each client connection submits through it, the admin socket lists,
 // cancels and reloads through it), by tests and by benchmarks.
 //
-// Threading: submit(), cancel(), list(), list_retained(), drop_retained(), stats(), store_stats(),
-// update_policy(), update_reuse() and set_admitting() are thread-safe. shutdown() and the
-// destructor run on the owner's thread; after shutdown() every submit() fails
-// with shutting_down.
+// Threading: submit(), cancel(), stop(), list(), list_retained(), drop_retained(), stats(),
+// store_stats(), update_policy(), update_reuse() and set_admitting() are thread-safe.
+// shutdown() and the destructor run on the owner's thread; after shutdown() every submit()
+// fails with shutting_down.
 
 #include "actors/engine_config.hpp"
 #include "actors/engine_monitor.hpp"
@@ -118,6 +118,16 @@ public:
 
   /// Cancels a sequence of `model`; unknown ids are ignored. Returns at once.
   void cancel(std::string_view model, seq_id id);
+
+  /// Ends a sequence of `model` as if a stop token had been sampled after its
+  /// first `generated` generated tokens: the stream ends with reason stop and
+  /// generated_tokens = `generated`, it counts as finished (not cancelled),
+  /// and the KV of the prompt and of the first `keep` (at most `generated`)
+  /// generated tokens is retained for reuse like any finished request's.
+  /// For a consumer that matches stop strings on the text: tokens the
+  /// scheduler made past `generated` meanwhile are dropped. Ignored if the
+  /// sequence already ended (by itself, or cancelled). Returns at once.
+  void stop(std::string_view model, seq_id id, std::uint32_t generated, std::uint32_t keep);
 
   /// Cancels a sequence of any model. Returns false if no model has it.
   bool cancel(seq_id id, std::chrono::milliseconds timeout = std::chrono::seconds(5));

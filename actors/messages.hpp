@@ -46,6 +46,8 @@ using step_atom = caf::atom_constant<caf::atom("step")>;
 using transfer_atom = caf::atom_constant<caf::atom("transfer")>;
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+/// (stop_atom, seq_id, generated, keep): end a sequence as a stop token would (engine::stop).
+using stop_atom = caf::atom_constant<caf::atom("stopseq")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using tokens_atom = caf::atom_constant<caf::atom("tokens")>;
 using end_atom = caf::atom_constant<caf::atom("end")>;

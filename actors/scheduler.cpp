@@ -84,7 +84,10 @@ struct sequence {
   ipc::snapshot_handle snapshot;
   std::uint64_t generation = 0; ///< bumped at every dump
   bool in_step = false;
-  bool cancelled = false; ///< cancel arrived while a lane works on it
+  bool cancelled = false; ///< cancel (or stop) arrived while a lane works on it
+  /// A stop (engine::stop) that arrived while a lane works on it: generated
+  /// tokens to report and to keep. It then ends as a stop, not a cancel.
+  std::optional<std::pair<std::uint32_t, std::uint32_t>> stop_at;
   mlfq_position position;
   std::uint32_t preemptions = 0;
   std::uint32_t reuse_len = 0; ///< loading a retained snapshot: roll back to this length
@@ -207,6 +210,22 @@ public:
     schedule();
   }
 
+  /// The consumer matched a stop string after `generated` tokens; the KV of
+  /// the prompt and the first `keep` of them stays for reuse. A sequence that
+  /// ended already, or was cancelled, is left alone.
+  void on_stop(seq_id id, std::uint32_t generated, std::uint32_t keep) {
+    auto* s = find(id);
+    if (!s || s->cancelled)
+      return;
+    if (s->in_step || s->state == kv_state::dumping || s->state == kv_state::loading) {
+      mark_cancelled(*s); // no longer planned; completed when the lane replies
+      s->stop_at = std::pair{generated, keep};
+      return;
+    }
+    stop_now(*s, generated, keep);
+    schedule();
+  }
+
   void on_step_done(step_done& done) {
     st_.step_in_flight = false;
     const double ms = ms_between(done.start, done.end);
@@ -236,8 +255,7 @@ public:
       s->in_step = false;
       s->kv_len += static_cast<std::uint32_t>(plan.rows[i].tokens.size());
       if (s->cancelled) {
-        release_slot(*s);
-        finish(*s, end_reason::cancelled, "cancelled");
+        end_marked(*s);
         continue;
       }
       charge_step(*s);
@@ -306,11 +324,8 @@ public:
         set_state(*s, kv_state::parked);
         s->snapshot = done.job.snapshot;
       }
-      if (s->cancelled) {
-        if (s->state == kv_state::parked)
-          (void)store->free(s->snapshot);
-        finish(*s, end_reason::cancelled, "cancelled");
-      }
+      if (s->cancelled)
+        end_marked(*s);
     } else {
       ++st_.stats.loads;
       (void)store->unpin(done.job.snapshot);
@@ -343,10 +358,8 @@ public:
       }
       s->reuse_len = 0;
       set_state(*s, kv_state::resident);
-      if (s->cancelled) {
-        release_slot(*s);
-        finish(*s, end_reason::cancelled, "cancelled");
-      }
+      if (s->cancelled)
+        end_marked(*s);
     }
     schedule();
   }
@@ -413,6 +426,7 @@ public:
       finish_stream(seq, end_reason::cancelled, why);
       if (seq.state == kv_state::dumping || seq.state == kv_state::loading || seq.in_step) {
         mark_cancelled(seq);
+        seq.stop_at.reset(); // its stream ended as cancelled just above
         seq.session = {};
       } else {
         notify(seq, seq_phase::ended);
@@ -578,6 +592,40 @@ private:
   void mark_cancelled(sequence& s) {
     s.cancelled = true;
     unrank(s);
+  }
+
+  /// Ends a sequence marked while a lane worked on it, now that none does
+  /// (it is queued, resident or parked): as its stop, or as cancelled.
+  void end_marked(sequence& s) {
+    if (s.stop_at) {
+      stop_now(s, s.stop_at->first, s.stop_at->second);
+      return;
+    }
+    if (s.state == kv_state::parked)
+      (void)st_.setup.store->free(s.snapshot);
+    release_slot(s);
+    finish(s, end_reason::cancelled, "cancelled");
+  }
+
+  /// Ends `s` as a sampled stop token after its first `generated` tokens
+  /// would: the tokens it made past them are dropped (the slot's positions
+  /// past the kept length are simply overwritten by the next user: a rollback
+  /// is a shorter cache_len), and its KV up to the prompt plus `keep` tokens
+  /// is retained when it sits in a slot. A parked sequence's snapshot is freed
+  /// (retention keeps warm KV only); a queued one holds no KV.
+  void stop_now(sequence& s, std::uint32_t generated, std::uint32_t keep) {
+    s.generated = std::min(s.generated, generated);
+    const auto kept = s.prompt_len + std::min(keep, s.generated);
+    if (s.tokens.size() > kept)
+      s.tokens.resize(kept);
+    s.kv_len = std::min<std::uint32_t>(s.kv_len, kept);
+    if (s.state == kv_state::parked)
+      (void)st_.setup.store->free(s.snapshot);
+    if (s.state == kv_state::resident)
+      retain_or_release(s);
+    else
+      release_slot(s);
+    finish(s, end_reason::stop, {});
   }
 
   void erase_sequence(seq_id id) {
@@ -1347,10 +1395,8 @@ private:
       if (!s)
         continue;
       s->in_step = false;
-      if (s->cancelled) {
-        release_slot(*s);
-        finish(*s, end_reason::cancelled, "cancelled");
-      }
+      if (s->cancelled)
+        end_marked(*s);
     }
     apply_fault_actions(actions);
     schedule();
@@ -1497,6 +1543,11 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
       scheduler_logic logic{self};
       logic.catch_up();
       logic.on_cancel(id, "cancelled");
+    },
+    [self](stop_atom, seq_id id, std::uint32_t generated, std::uint32_t keep) {
+      scheduler_logic logic{self};
+      logic.catch_up();
+      logic.on_stop(id, generated, keep);
     },
     [self](stats_atom) -> scheduler_stats_ptr {
       scheduler_logic logic{self};
