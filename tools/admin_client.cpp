@@ -1,6 +1,7 @@
 #include "tools/admin_client.hpp"
 
 #include "common/expected.hpp"
+#include "common/logging.hpp"
 #include "daemon/app.hpp"
 #include "tools/admin_connection.hpp"
 
@@ -31,23 +32,83 @@ constexpr std::array<std::string_view, 10> commands{"status", "ps",        "canc
                                                     "resume", "reload",    "log-level", "metrics",
                                                     "top",    "cache"};
 
-constexpr const char* usage_text =
-  "usage: kvlane <command> [--socket PATH] [--json] [args]\n"
-  "  status                 version, uptime, models, slots, queues, store, mode\n"
-  "  ps                     one line per live sequence\n"
-  "  cancel ID              cancel a sequence\n"
-  "  drain [--no-wait]      stop admitting, wait for running work to finish, report\n"
-  "  resume                 admit new requests again after a drain\n"
-  "  reload                 re-read the configuration and apply what can change live\n"
-  "  log-level LOGGER LEVEL set a logger's level (LOGGER '*' = all)\n"
-  "  metrics                Prometheus text\n"
-  "  top                    live view, refreshed every second (q or Ctrl-C quits)\n"
-  "  cache ls [--model M]   one line per retained conversation KV entry\n"
-  "  cache drop --all [--model M] | --id ID [--model M]\n"
-  "                         drop retained KV, free its slots and store bytes, print what was freed\n"
-  "  cache drop --session NAME [--model M] [--uid UID]\n"
-  "                         forget a conversation kept for `kvlane chat` / --session\n"
-  "                         (default: this user's, of the default model)\n";
+/// One admin command's synopsis and what it does; admin_usage() adds the common options.
+struct command_help {
+  std::string_view name, synopsis, what;
+};
+
+constexpr command_help command_helps[] = {
+  {"status", "kvlane status [--socket PATH] [--json]",
+   "version, uptime, mode, admitting or draining, clients; per model slots busy/total,\n"
+   "sequences without a slot, tokens, preemptions, backend, reuse; the store\n"},
+  {"ps", "kvlane ps [--socket PATH] [--json]",
+   "one line per live sequence: id, client, model, priority, state, slot, tokens in\n"
+   "and out, age; then each model's retained conversation KV\n"},
+  {"cancel", "kvlane cancel ID [--socket PATH] [--json]",
+   "cancel sequence ID (the ID column of kvlane ps); its stream ends with reason\n"
+   "cancelled\n"},
+  {"drain", "kvlane drain [--no-wait] [--socket PATH] [--json]",
+   "stop admitting new requests, wait until the running ones finish, report how many\n"
+   "finished and how long it took (kvlane resume admits again)\n"
+   "  --no-wait       report at once how many sequences still run\n"},
+  {"resume", "kvlane resume [--socket PATH] [--json]", "admit new requests again after a drain\n"},
+  {"reload", "kvlane reload [--socket PATH] [--json]",
+   "re-read the configuration file, apply what can change live and list what needs\n"
+   "a restart (the same as SIGHUP); a file that does not validate changes nothing\n"},
+  {"log-level", "kvlane log-level LOGGER LEVEL [--socket PATH] [--json]",
+   "set a logger's level now (reload and restart apply the configured levels again)\n"},
+  {"metrics", "kvlane metrics [--socket PATH] [--json]",
+   "the Prometheus text (the same as the HTTP /metrics endpoint)\n"},
+  {"top", "kvlane top [--socket PATH]",
+   "live view refreshed every second: per-slot state, lanes, tokens/s, reuse, store,\n"
+   "sequences (q or Ctrl-C quits)\n"},
+  {"cache",
+   "kvlane cache ls [--model M] [--socket PATH] [--json]\n"
+   "       kvlane cache drop --all [--model M] | --id ID [--model M] [--socket PATH] [--json]\n"
+   "       kvlane cache drop --session NAME [--model M] [--uid UID] [--socket PATH] [--json]",
+   "retained conversation KV.\n"
+   "  ls              one line per retained entry: id, model, owner, session, tokens,\n"
+   "                  where (slot or store), bytes, idle time, hits\n"
+   "  drop --all      drop every retained entry (of model M): free its slots and store\n"
+   "                  bytes, print what was freed\n"
+   "  drop --id ID    drop one entry\n"
+   "  drop --session NAME\n"
+   "                  forget a conversation kept for kvlane chat / --session (default:\n"
+   "                  this user's, of the default model; --uid: another user's)\n"},
+};
+
+std::string admin_usage(std::string_view cmd) {
+  for (const auto& h : command_helps) {
+    if (h.name != cmd)
+      continue;
+    std::string text = fmt::format("usage: {}\n{}", h.synopsis, h.what);
+    if (cmd == "log-level") {
+      std::string loggers;
+      for (auto n : logging::logger_names())
+        loggers += fmt::format("{}{}", loggers.empty() ? "" : ", ", n);
+      text += fmt::format("  LOGGER          a logger, or '*' for all of them:\n"
+                          "                  {}\n"
+                          "  LEVEL           trace, debug, info, warn, error, critical, off\n",
+                          loggers);
+    }
+    text += fmt::format("  --socket PATH   the admin socket (default {})\n", default_admin_socket());
+    if (cmd != "top")
+      text += "  --json          print the daemon's JSON answer as is\n";
+    text += "exit codes: 0 ok, 1 the daemon answered with an error, 2 the daemon is not\n"
+            "  running or this user is not an admin, 64 usage\n";
+    return text;
+  }
+  return {};
+}
+
+bool is_help(std::string_view a) {
+  return a == "--help" || a == "-h";
+}
+
+int print_help(std::string_view cmd) {
+  std::fputs(admin_usage(cmd).c_str(), stdout);
+  return 0;
+}
 
 int fail(int code, const std::string& message) {
   std::fprintf(stderr, "kvlane: %s\n", message.c_str());
@@ -351,7 +412,9 @@ int cache_drop_session_main(int argc, char** argv, std::string socket) {
         return std::nullopt;
       return std::string{argv[++i]};
     };
-    if (a == "--json") {
+    if (is_help(a)) {
+      return print_help("cache");
+    } else if (a == "--json") {
       as_json = true;
     } else if (a == "--socket" || a == "--session" || a == "--model" || a == "--uid") {
       auto v = value();
@@ -367,13 +430,13 @@ int cache_drop_session_main(int argc, char** argv, std::string socket) {
                ec != std::errc{} || p != v->data() + v->size())
         return fail(64, fmt::format("cache: '{}' is not a user id", *v));
     } else if (a.starts_with("--")) {
-      return fail(64, fmt::format("cache: unknown option '{}'\n{}", a, usage_text));
+      return fail(64, fmt::format("cache: unknown option '{}'\n{}", a, admin_usage("cache")));
     } else {
       words.push_back(a);
     }
   }
   if (words.size() != 1 || words[0] != "drop" || !session)
-    return fail(64, fmt::format("cache: expected 'drop --session NAME'\n{}", usage_text));
+    return fail(64, fmt::format("cache: expected 'drop --session NAME'\n{}", admin_usage("cache")));
   json req{{"cmd", "cache-drop-session"}, {"session", *session}, {"uid", uid}};
   if (!model.empty())
     req["model"] = model;
@@ -424,6 +487,8 @@ int admin_main(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     std::string_view a{argv[i]};
+    if (is_help(a))
+      return print_help(cmd);
     if (a == "--json")
       as_json = true;
     else if (cmd == "cache" && (a == "--model" || a == "--id") && i + 1 < argc) {
@@ -435,11 +500,8 @@ int admin_main(int argc, char** argv) {
       wait = false;
     else if (a == "--socket" && i + 1 < argc)
       socket = argv[++i];
-    else if (a == "--help" || a == "-h") {
-      std::fputs(usage_text, stdout);
-      return 0;
-    } else if (a.starts_with("--"))
-      return fail(64, fmt::format("{}: unknown option '{}'\n{}", cmd, a, usage_text));
+    else if (a.starts_with("--"))
+      return fail(64, fmt::format("{}: unknown option '{}'\n{}", cmd, a, admin_usage(cmd)));
     else
       args.emplace_back(a);
   }
@@ -464,12 +526,12 @@ int admin_main(int argc, char** argv) {
   } else if (cmd == "cache") {
     auto r = cache_request(args);
     if (!r)
-      return fail(64, fmt::format("{}\n{}", r.error(), usage_text));
+      return fail(64, fmt::format("{}\n{}", r.error(), admin_usage(cmd)));
     req = std::move(*r);
     want_args = args.size();
   }
   if (args.size() != want_args)
-    return fail(64, fmt::format("{}: expected {} argument(s)\n{}", cmd, want_args, usage_text));
+    return fail(64, fmt::format("{}: expected {} argument(s)\n{}", cmd, want_args, admin_usage(cmd)));
 
   auto c = admin_connection::open(socket);
   if (!c)

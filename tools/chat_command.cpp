@@ -34,6 +34,29 @@ constexpr const char* chat_help =
   "Use \"\"\" to begin and end a message of several lines.\n"
   "Ctrl-C stops the answer being written; the conversation keeps what was shown.\n";
 
+constexpr std::string_view chat_usage =
+  "usage: kvlane chat [--model NAME] [--session NAME] [--max-tokens N] [--temperature X]\n"
+  "                   [--top-k N] [--top-p X] [--seed N] [--socket PATH] [--timeout MS]\n"
+  "talk with a model; kvlaned keeps the conversation. Each line is one turn; \"\"\" begins\n"
+  "and ends a turn of several lines. /clear forgets the conversation, /bye (or end of\n"
+  "input) leaves, /? lists the commands; Ctrl-C stops the answer being written.\n"
+  "\n"
+  "  --model NAME        model (default: the daemon's first model)\n"
+  "  --session NAME      keep the conversation on kvlaned under NAME (1..64 of\n"
+  "                      A-Z a-z 0-9 . _ -): `kvlane chat --session NAME` or\n"
+  "                      `kvlane run --session NAME` continues it later. Without it\n"
+  "                      the conversation is forgotten when the chat ends\n"
+  "  --max-tokens N      tokens per answer at most (default 256)\n"
+  "  --temperature X --top-k N --top-p X --seed N   sampling (default greedy)\n"
+  "  --socket PATH       daemon socket (default $KVLANE_SOCKET, else\n"
+  "                      /run/kvlane/kvlane.sock as root, else\n"
+  "                      $XDG_RUNTIME_DIR/kvlane/kvlane.sock)\n"
+  "  --timeout MS        cancel an answer when no token arrives for MS (default 60000)\n"
+  "\n"
+  "exit codes: 0 after /bye or end of input, 1 the connection was lost, 64 usage,\n"
+  "  69 kvlaned is not running, 76 protocol/version mismatch, 77 permission denied\n"
+  "  or user not allowed.\n";
+
 std::atomic<bool> chat_interrupted{false};
 
 extern "C" void on_chat_interrupt(int) {
@@ -192,7 +215,10 @@ int chat_main(std::span<const std::string_view> args, std::istream& in, std::ost
       usage(fmt::format("{} needs {}", a, what));
       return false;
     };
-    if (a == "--model") {
+    if (a == "--help" || a == "-h") {
+      out << chat_usage;
+      return 0;
+    } else if (a == "--model") {
       auto v = value();
       if (!v)
         return usage("--model needs a name");
@@ -227,7 +253,7 @@ int chat_main(std::span<const std::string_view> args, std::istream& in, std::ost
       if (!number(o.timeout_ms, "milliseconds"))
         return 64;
     } else {
-      return usage(fmt::format("unknown argument '{}' (see kvlane --help)", a));
+      return usage(fmt::format("unknown argument '{}' (kvlane chat --help lists the options)", a));
     }
   }
   if (!o.named)

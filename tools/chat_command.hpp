@@ -17,7 +17,8 @@
 // next `kvlane chat --session NAME` (until it idles out).
 //
 // The prompt (">>> ") is shown only when the input is a terminal, so turns can
-// be piped in: `printf 'hi\n/bye\n' | kvlane chat`.
+// be piped in: `printf 'hi\n/bye\n' | kvlane chat`. `--help` (`-h`) writes the
+// usage to `out` and returns 0 without connecting.
 //
 // Exit codes: 0 after /bye or end of input, 1 the connection was lost, 64
 // usage, 69 kvlaned is not running, 76 protocol/version mismatch, 77

@@ -28,8 +28,10 @@ namespace kvlane::tools {
 
 namespace {
 
-constexpr const char* usage_text =
+// The command list; each command prints its own options with --help.
+constexpr std::string_view usage_text =
   "usage: kvlane <command> [options]\n"
+  "       kvlane <command> --help     the command's own usage and options\n"
   "\n"
   "commands:\n"
   "  run        send a prompt to kvlaned and stream the answer to stdout\n"
@@ -38,9 +40,11 @@ constexpr const char* usage_text =
   "  status     version, uptime, models, slots, queues, store, mode\n"
   "  ps         one line per live sequence\n"
   "  cancel ID  cancel a sequence\n"
-  "  drain      stop admitting, let running work finish, report (resume: admit again)\n"
+  "  drain      stop admitting, let running work finish, report\n"
+  "  resume     admit new requests again after a drain\n"
   "  reload     re-read the configuration, apply what can change live\n"
   "  log-level LOGGER LEVEL\n"
+  "             set a logger's level\n"
   "  metrics    Prometheus text\n"
   "  top        live view of slots, lanes, tokens/s and store\n"
   "  cache      retained conversation KV: 'cache ls', 'cache drop --all | --id ID'\n"
@@ -49,10 +53,16 @@ constexpr const char* usage_text =
   "  tokenize   print the token ids of a text (a model's tokenizer.json)\n"
   "  detokenize write the text of token ids\n"
   "\n"
-  "admin commands take --socket PATH (default <runtime dir>/kvlane-admin.sock) and\n"
-  "--json (print the daemon's JSON answer as is)\n"
+  "kvlane --version prints the version; kvlane help COMMAND is kvlane COMMAND --help.\n";
+
+constexpr std::string_view probe_usage =
+  "usage: kvlane probe [--config PATH] [--model NAME] [--iterations N] [--tokens N]\n"
+  "                    [--time-scale X] [--overlap MODE] [--concurrency MODE] [--verify]\n"
+  "                    [--json]\n"
+  "measure a backend: step time against rows and tokens (with a fitted base +\n"
+  "per-token cost), dump and load time and bandwidth of one snapshot, and whether\n"
+  "transfers overlap compute (1 hidden completely, 0 serialized). Times are device ms.\n"
   "\n"
-  "probe options:\n"
   "  --config PATH        configuration (default /etc/kvlane/kvlane.toml)\n"
   "  --model NAME         model to probe (default: the first one)\n"
   "  --iterations N       repetitions per measurement (default 5)\n"
@@ -68,13 +78,13 @@ constexpr const char* usage_text =
   "  --json               print one JSON object instead of text\n"
   "\n"
   "The probe overwrites every slot of the device: run it with kvlaned stopped.\n"
+  "exit codes: 0 done, 1 the backend failed or a --verify check failed, 64 usage,\n"
+  "  78 invalid configuration.\n";
+
+constexpr std::string_view run_usage =
+  "usage: kvlane run [options] [\"prompt\"]   (no prompt: read it from stdin)\n"
+  "send a prompt to kvlaned and stream the answer to stdout\n"
   "\n"
-  "tokenize options:  kvlane tokenize --tokenizer PATH [--no-special] [--json] [TEXT | -]\n"
-  "  like Hugging Face encode: special tokens in TEXT are recognised and the BOS is\n"
-  "  added when the tokenizer adds one; --no-special: neither. --json: a JSON array.\n"
-  "detokenize:  kvlane detokenize --tokenizer PATH [ID... | -]   (writes raw bytes)\n"
-  "\n"
-  "run options:  kvlane run [options] [\"prompt\"]   (no prompt: read it from stdin)\n"
   "  --model NAME                model (default: the daemon's first model)\n"
   "  --priority interactive|batch  scheduling class (default interactive)\n"
   "  --max-tokens N              tokens to generate (default 256)\n"
@@ -87,12 +97,18 @@ constexpr const char* usage_text =
   "                              NAME's history (1..64 of A-Z a-z 0-9 . _ -)\n"
   "  --stats                     print the request's timings on stderr at the end\n"
   "\n"
-  "chat options:  kvlane chat [--model NAME] [--session NAME] [--max-tokens N]\n"
-  "  [--temperature X] [--top-k N] [--top-p X] [--seed N] [--socket PATH] [--timeout MS]\n"
-  "  without --session the conversation is forgotten when the chat ends\n"
-  "run exit codes: 0 done (length or stop), 1 the request failed or was cancelled,\n"
+  "exit codes: 0 done (length or stop), 1 the request failed or was cancelled,\n"
   "  64 usage, 69 kvlaned is not running, 75 timeout, 76 protocol/version mismatch,\n"
   "  77 permission denied or user not allowed, 130 interrupted (Ctrl-C).\n";
+
+bool is_help(std::string_view a) {
+  return a == "--help" || a == "-h";
+}
+
+int print_usage(std::string_view usage) {
+  std::fwrite(usage.data(), 1, usage.size(), stdout);
+  return 0;
+}
 
 template <class T>
 bool parse_number(std::string_view s, T& out) {
@@ -120,7 +136,9 @@ int probe_main(int argc, char** argv) {
         return std::nullopt;
       return std::string_view{argv[++i]};
     };
-    if (a == "--json") {
+    if (is_help(a)) {
+      return print_usage(probe_usage);
+    } else if (a == "--json") {
       json = true;
     } else if (a == "--verify") {
       opts.verify = true;
@@ -165,7 +183,7 @@ int probe_main(int argc, char** argv) {
       else
         return fail("--overlap needs full, none or shared", 64);
     } else {
-      return fail(fmt::format("probe: unknown argument '{}'\n\n{}", a, usage_text), 64);
+      return fail(fmt::format("probe: unknown argument '{}' (kvlane probe --help lists the options)", a), 64);
     }
   }
 
@@ -230,7 +248,9 @@ int run_main(int argc, char** argv) {
         return fail(fmt::format("{} needs {}", a, what), 64);
       return 0;
     };
-    if (a == "--model") {
+    if (is_help(a)) {
+      return print_usage(run_usage);
+    } else if (a == "--model") {
       auto v = value();
       if (!v)
         return fail("--model needs a name", 64);
@@ -274,7 +294,7 @@ int run_main(int argc, char** argv) {
     } else if (a == "--stats") {
       stats = true;
     } else if (a.starts_with("--")) {
-      return fail(fmt::format("run: unknown option '{}'\n\n{}", a, usage_text), 64);
+      return fail(fmt::format("run: unknown option '{}' (kvlane run --help lists the options)", a), 64);
     } else if (prompt) {
       return fail("run: give one prompt (quote it)", 64);
     } else {
@@ -345,10 +365,17 @@ int run_main(int argc, char** argv) {
 
 int cli_main(int argc, char** argv) {
   if (argc < 2) {
-    std::fputs(usage_text, stderr);
+    std::fwrite(usage_text.data(), 1, usage_text.size(), stderr);
     return 64;
   }
   std::string_view cmd{argv[1]};
+  // `kvlane help COMMAND` is `kvlane COMMAND --help`.
+  char help_flag[] = "--help";
+  char* help_argv[] = {argv[0], argc >= 3 ? argv[2] : nullptr, help_flag, nullptr};
+  if (cmd == "help" && argc == 3) {
+    argv = help_argv;
+    cmd = argv[1];
+  }
   if (cmd == "probe")
     return probe_main(argc - 2, argv + 2);
   if (cmd == "run")
@@ -364,9 +391,10 @@ int cli_main(int argc, char** argv) {
   }
   if (is_admin_command(cmd))
     return admin_main(argc - 1, argv + 1);
-  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-    std::fputs(usage_text, stdout);
-    return 0;
+  if (is_help(cmd) || cmd == "help") {
+    if (argc > 2 && !is_help(argv[2])) // `kvlane --help X`: `kvlane help X` explains X
+      return fail(fmt::format("{} takes one command name (kvlane help COMMAND)", cmd), 64);
+    return print_usage(usage_text);
   }
   if (cmd == "--version") {
     std::printf("kvlane %s\n", KVLANE_VERSION);

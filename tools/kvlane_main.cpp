@@ -1,4 +1,4 @@
-// kvlane: the command-line tool (probe now; client and admin commands later).
+// kvlane: the command-line tool (tools/cli.hpp).
 #include "tools/cli.hpp"
 
 int main(int argc, char** argv) {

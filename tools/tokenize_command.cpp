@@ -8,6 +8,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace kvlane::tools {
@@ -18,15 +19,20 @@ constexpr int exit_usage = 64;
 
 constexpr std::string_view tokenize_usage =
     "usage: kvlane tokenize --tokenizer PATH [--no-special] [--json] [TEXT | -]\n"
+    "print the token ids of TEXT, like Hugging Face encode: special tokens written in\n"
+    "the text are recognised and the BOS is added when the tokenizer adds one\n"
     "  PATH           a model directory holding tokenizer.json, or the file itself\n"
     "  --no-special   special-token text is plain text, and no BOS is added\n"
     "  --json         print a JSON array instead of space-separated ids\n"
-    "  TEXT           the text (default, or \"-\": read stdin)\n";
+    "  TEXT           the text (default, or \"-\": read stdin)\n"
+    "exit codes: 0 done, 1 the tokenizer did not load, 64 usage\n";
 
 constexpr std::string_view detokenize_usage =
     "usage: kvlane detokenize --tokenizer PATH [ID... | -]\n"
-    "  writes the raw bytes of the ids (default, or \"-\": read ids from stdin,\n"
-    "  separated by spaces, commas or brackets)\n";
+    "write the raw bytes of the ids (none, or \"-\": read ids from stdin, separated\n"
+    "by spaces, commas or brackets); special tokens write nothing\n"
+    "  PATH           a model directory holding tokenizer.json, or the file itself\n"
+    "exit codes: 0 done, 1 the tokenizer did not load or an id is outside it, 64 usage\n";
 
 struct common_args {
   std::string tokenizer;
@@ -35,8 +41,10 @@ struct common_args {
   std::vector<std::string_view> rest;
 };
 
-std::optional<common_args> parse_args(std::span<const std::string_view> args, bool tokenize,
-                                      std::ostream& err) {
+/// The parsed arguments, or the exit code when there is nothing to run: 0
+/// after printing the usage for --help, exit_usage after a usage error.
+std::variant<common_args, int> parse_args(std::span<const std::string_view> args, bool tokenize,
+                                          std::ostream& out, std::ostream& err) {
   const auto usage = tokenize ? tokenize_usage : detokenize_usage;
   common_args a;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -48,22 +56,22 @@ std::optional<common_args> parse_args(std::span<const std::string_view> args, bo
     } else if (tokenize && arg == "--json") {
       a.json = true;
     } else if (arg == "--help" || arg == "-h") {
-      err << usage;
-      return std::nullopt;
+      out << usage;
+      return 0;
     } else if (arg.starts_with("--")) {
       err << "kvlane: unknown option '" << arg << "'\n" << usage;
-      return std::nullopt;
+      return exit_usage;
     } else {
       a.rest.push_back(arg);
     }
   }
   if (a.tokenizer.empty()) {
     err << "kvlane: --tokenizer PATH is required\n" << usage;
-    return std::nullopt;
+    return exit_usage;
   }
   if (tokenize && a.rest.size() > 1) {
     err << "kvlane: give the text as one argument (quote it), or \"-\" for stdin\n" << usage;
-    return std::nullopt;
+    return exit_usage;
   }
   return a;
 }
@@ -76,9 +84,10 @@ std::string read_all(std::istream& in) {
 
 int tokenize_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out,
                   std::ostream& err) {
-  const auto a = parse_args(args, true, err);
-  if (!a)
-    return exit_usage;
+  const auto parsed = parse_args(args, true, out, err);
+  if (const int* code = std::get_if<int>(&parsed))
+    return *code;
+  const auto* a = &std::get<common_args>(parsed);
   auto tok = backends::hf_tokenizer::load(a->tokenizer);
   if (!tok) {
     err << "kvlane: " << tok.error().message << "\n";
@@ -102,9 +111,10 @@ int tokenize_main(std::span<const std::string_view> args, std::istream& in, std:
 
 int detokenize_main(std::span<const std::string_view> args, std::istream& in, std::ostream& out,
                     std::ostream& err) {
-  const auto a = parse_args(args, false, err);
-  if (!a)
-    return exit_usage;
+  const auto parsed = parse_args(args, false, out, err);
+  if (const int* code = std::get_if<int>(&parsed))
+    return *code;
+  const auto* a = &std::get<common_args>(parsed);
   auto tok = backends::hf_tokenizer::load(a->tokenizer);
   if (!tok) {
     err << "kvlane: " << tok.error().message << "\n";

@@ -14,6 +14,7 @@
 // stdin separated by spaces, commas or brackets, so a JSON array works);
 // special tokens write nothing.
 //
+// `--help` (`-h`) writes the usage to `out` and returns 0.
 // Exit codes: 0 done, 1 the tokenizer did not load or an id is outside it, 64 usage.
 
 #include <iosfwd>

@@ -59,3 +59,24 @@ TEST_CASE("tokenize command: bad usage exits 64 and an id outside the vocabulary
   CHECK(missing.code == 1);
   CHECK(missing.err.starts_with("kvlane: cannot read /nonexistent/model"));
 }
+
+TEST_CASE("tokenize command: --help and -h print the command's usage on stdout and exit 0") {
+  for (const bool tokenize : {true, false}) {
+    for (const std::string_view flag : {"--help", "-h"}) {
+      CAPTURE(tokenize);
+      CAPTURE(flag);
+      // Before --tokenizer: help does not need one, and nothing is loaded.
+      const auto sut = run(tokenize, {flag});
+      CHECK(sut.code == 0);
+      CHECK(sut.err.empty());
+      CHECK(sut.out.starts_with(tokenize ? "usage: kvlane tokenize " : "usage: kvlane detokenize "));
+    }
+  }
+}
+
+TEST_CASE("tokenize command: an unknown option is a usage error on stderr, exit 64") {
+  const auto sut = run(true, {"--tokenizer", tiny, "--frobnicate"});
+  CHECK(sut.code == 64);
+  CHECK(sut.out.empty());
+  CHECK(sut.err.find("unknown option '--frobnicate'") != std::string::npos);
+}
