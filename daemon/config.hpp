@@ -82,9 +82,23 @@ struct metrics_section {
   friend bool operator==(const metrics_section&, const metrics_section&) = default;
 };
 
+/// [[http.keys]]: one API key and the identity its requests run under (docs/http.md,
+/// "Identities"): its own admission limit, round-robin share and reuse scope.
+struct http_key {
+  std::string name;     ///< unique; [A-Za-z0-9._-], 1..64 characters
+  std::string key;      ///< the bearer key: as written, or read from key_file at load
+  std::string key_file; ///< absolute path the key was read from; empty when written inline
+  bool batch_only = false; ///< max_priority = "batch": its requests run in the batch class
+  /// Live requests of this key at once; none = [clients] max_requests_per_user.
+  std::optional<std::uint32_t> max_requests;
+  bool share_all = false; ///< scope = "all": its KV joins the reuse scope shared by "all"
+
+  friend bool operator==(const http_key&, const http_key&) = default;
+};
+
 /// [http]: the OpenAI- and Ollama-compatible HTTP API (docs/http.md).
 struct http_section {
-  /// "HOST:PORT"; empty = off. A non-loopback host needs api_key or api_key_file.
+  /// "HOST:PORT"; empty = off. A non-loopback host needs api_key, api_key_file or keys.
   std::string listen = "127.0.0.1:8471";
   std::string api_key;      ///< bearer key clients must send; empty = none
   std::string api_key_file; ///< file holding the key (first line), read at start-up
@@ -96,6 +110,7 @@ struct http_section {
   std::uint32_t max_header_bytes = 16u << 10; ///< bytes of one request's start line and headers
   std::chrono::milliseconds idle_timeout{60000};  ///< a keep-alive connection may idle this long
   std::chrono::milliseconds header_timeout{10000}; ///< a request's headers must arrive within this
+  std::vector<http_key> keys; ///< [[http.keys]]: one identity per key
 
   friend bool operator==(const http_section&, const http_section&) = default;
 };
