@@ -596,7 +596,9 @@ status parse_http(const reporter& r, const section& root, http_section& out) {
   KVLANE_CONFIG_TRY(check_keys(r, s,
                                {"listen", "api_key", "api_key_file", "cors_origins", "allowed_hosts",
                                 "max_connections", "max_body_bytes", "max_header_bytes",
-                                "idle_timeout_ms", "header_timeout_ms", "keys"}));
+                                "idle_timeout_ms", "header_timeout_ms", "keys",
+                                "max_connections_per_peer", "tls_cert", "tls_key",
+                                "allow_plaintext"}));
   KVLANE_CONFIG_TRY(read_string(r, s, "listen", out.listen));
   KVLANE_CONFIG_TRY(read_string(r, s, "api_key", out.api_key));
   KVLANE_CONFIG_TRY(read_string(r, s, "api_key_file", out.api_key_file));
@@ -680,6 +682,10 @@ status parse_http(const reporter& r, const section& root, http_section& out) {
     }
   }
   KVLANE_CONFIG_TRY(read_int(r, s, "max_connections", out.max_connections, 1, 65536));
+  if (s.find("max_connections_per_peer") == nullptr)
+    out.max_connections_per_peer = std::min(out.max_connections_per_peer, out.max_connections);
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_connections_per_peer", out.max_connections_per_peer, 1,
+                             out.max_connections));
   KVLANE_CONFIG_TRY(read_bytes(r, s, "max_body_bytes", out.max_body_bytes, kib, 256 * mib));
   std::uint64_t header_bytes = out.max_header_bytes;
   KVLANE_CONFIG_TRY(read_bytes(r, s, "max_header_bytes", header_bytes, kib, mib));
@@ -690,6 +696,7 @@ status parse_http(const reporter& r, const section& root, http_section& out) {
   std::int64_t header_ms = out.header_timeout.count();
   KVLANE_CONFIG_TRY(read_int(r, s, "header_timeout_ms", header_ms, 100, 600'000));
   out.header_timeout = std::chrono::milliseconds(header_ms);
+  KVLANE_CONFIG_TRY(parse_http_tls(r, s, out));
   return {};
 }
 

@@ -225,6 +225,10 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.http.max_header_bytes == 16'384);
   CHECK(sut.http.idle_timeout == std::chrono::milliseconds(60000));
   CHECK(sut.http.header_timeout == std::chrono::milliseconds(10000));
+  CHECK(sut.http.max_connections_per_peer == 32);
+  CHECK(sut.http.tls_cert == "");
+  CHECK(sut.http.tls_key == "");
+  CHECK_FALSE(sut.http.allow_plaintext);
   CHECK(sut.clients.max_pending == 64);
   CHECK(sut.clients.max_clients_per_user == 16);
   CHECK(sut.clients.max_requests_per_user == 1024);
@@ -880,10 +884,54 @@ TEST_CASE("config: a non-loopback http listen without an api key is an error nam
   CHECK(contains(e.message, "not a loopback address"));
 
   const auto with_key = parse_ok(std::string{minimal}
-                                 + "[http]\nlisten = \"0.0.0.0:8471\"\napi_key = \"k1\"\n");
+                                 + "[http]\nlisten = \"0.0.0.0:8471\"\napi_key = \"k1\"\n"
+                                   "allow_plaintext = true\n");
   CHECK(with_key.http.api_key == "k1");
   CHECK(parse_ok(std::string{minimal} + "[http]\nlisten = \"127.0.0.2:8471\"\n").http.api_key
         == "");
+}
+
+TEST_CASE("config: a non-loopback http listen without tls is an error naming allow_plaintext") {
+  const auto e = parse_error(std::string{minimal}
+                             + "[http]\nlisten = \"0.0.0.0:8471\"\napi_key = \"k1\"\n");
+  check_error(e, "http.allow_plaintext", 5);
+  CHECK(contains(e.message, "clear text"));
+  CHECK(contains(e.message, "tls_cert"));
+
+  const auto tls = parse_ok(std::string{minimal}
+                            + "[http]\nlisten = \"0.0.0.0:8471\"\napi_key = \"k1\"\n"
+                              "tls_cert = \"/etc/kvlane/cert.pem\"\ntls_key = \"/etc/kvlane/key.pem\"\n");
+  CHECK(tls.http.tls_cert == "/etc/kvlane/cert.pem");
+  CHECK(tls.http.tls_key == "/etc/kvlane/key.pem");
+  CHECK_FALSE(tls.http.allow_plaintext);
+  // Loopback stays plaintext by default.
+  CHECK(parse_ok(std::string{minimal} + "[http]\nlisten = \"[::1]:8471\"\n").http.tls_cert == "");
+}
+
+TEST_CASE("config: tls_cert and tls_key go together, as absolute paths") {
+  check_error(parse_error(std::string{minimal} + "[http]\ntls_cert = \"/c.pem\"\n"),
+              "http.tls_key", 5);
+  check_error(parse_error(std::string{minimal} + "[http]\ntls_key = \"/k.pem\"\n"),
+              "http.tls_cert", 5);
+  check_error(parse_error(std::string{minimal}
+                          + "[http]\ntls_cert = \"c.pem\"\ntls_key = \"/k.pem\"\n"),
+              "http.tls_cert", 5);
+  check_error(parse_error(std::string{minimal} + "[http]\nallow_plaintext = \"yes\"\n"),
+              "http.allow_plaintext", 5);
+}
+
+TEST_CASE("config: max_connections_per_peer is 1..max_connections, its default at most max_connections") {
+  CHECK(parse_ok(std::string{minimal} + "[http]\nmax_connections_per_peer = 4\n")
+          .http.max_connections_per_peer
+        == 4);
+  CHECK(parse_ok(std::string{minimal} + "[http]\nmax_connections = 8\n").http.max_connections_per_peer
+        == 8);
+  const auto over = parse_error(std::string{minimal}
+                                + "[http]\nmax_connections = 8\nmax_connections_per_peer = 9\n");
+  check_error(over, "http.max_connections_per_peer", 6);
+  CHECK(contains(over.message, "must be between 1 and 8 (got 9)"));
+  check_error(parse_error(std::string{minimal} + "[http]\nmax_connections_per_peer = 0\n"),
+              "http.max_connections_per_peer", 5);
 }
 
 TEST_CASE("config: bad [http] values name their key") {
