@@ -203,6 +203,7 @@ engine::prepare(submit_request& req) {
     return fail(submit_errc::invalid_request, "the client name is empty");
 
   sub->id = next_id_.fetch_add(1);
+  sub->fairness_unit = req.fairness_unit.empty() ? req.client : std::move(req.fairness_unit);
   sub->client = std::move(req.client);
   sub->priority = req.priority;
   sub->owner = req.owner;

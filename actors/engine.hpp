@@ -37,6 +37,10 @@ namespace kvlane::actors {
 struct submit_request {
   std::string model;
   std::string client = "local";
+  /// The unit of the per-client round robin (docs/scheduling.md, "Rank"); empty: the
+  /// client. An HTTP identity sets it, so that its requests share one turn whatever
+  /// names they show under.
+  std::string fairness_unit;
   /// Who may reuse this request's KV (reuse scope "user"): the app's peer uid
   /// for IPC requests; in-process callers pick their own.
   std::uint64_t owner = 0;

@@ -105,6 +105,7 @@ using transfer_done_ptr = std::shared_ptr<transfer_done>;
 struct submission {
   seq_id id = 0;
   std::string client;
+  std::string fairness_unit; ///< the per-client round robin's unit (the client, if not set)
   std::uint64_t owner = 0; ///< who may reuse its KV (peer uid)
   std::string session_name; ///< the client session it is a turn of, empty if none
   priority_class priority = priority_class::interactive;

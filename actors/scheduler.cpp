@@ -172,7 +172,8 @@ public:
     auto seq = std::make_unique<sequence>(s);
     seq->session = s.session;
     seq->position = st_.mlfq.enter(s.priority, seq->prompt_len);
-    st_.ranks.insert(seq->id, seq->position, seq->client);
+    st_.ranks.insert(seq->id, seq->position,
+                     s.fairness_unit.empty() ? seq->client : s.fairness_unit);
     st_.aging.enter(seq->id, seq->position.level > 0);
     note_head(*seq);
     count(*seq, +1);

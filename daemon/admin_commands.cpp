@@ -204,6 +204,18 @@ std::string optional_model(const json& req) {
   return req.contains("model") ? string_field(req, "model") : std::string{};
 }
 
+/// A retained entry's owner: a uid, "all", "http" (the HTTP identity "default") or
+/// "http:NAME" (a key of [[http.keys]]).
+json owner_json(std::uint64_t owner, const admin_services& s) {
+  if (owner == actors::shared_owner)
+    return "all";
+  if (owner == actors::http_owner)
+    return "http";
+  if (owner > actors::http_owner && owner - actors::http_owner - 1 < s.http_keys.size())
+    return "http:" + s.http_keys[owner - actors::http_owner - 1];
+  return owner;
+}
+
 json cache_ls(const json& req, const admin_services& s) {
   auto entries = s.engine->list_retained(optional_model(req));
   if (!entries)
@@ -213,9 +225,7 @@ json cache_ls(const json& req, const admin_services& s) {
   for (auto& e : *entries)
     out.push_back({{"id", e.id},
                    {"model", e.model},
-                   {"owner", e.owner == actors::shared_owner ? json("all")
-                             : e.owner == actors::http_owner  ? json("http")
-                                                              : json(e.owner)},
+                   {"owner", owner_json(e.owner, s)},
                    {"session", e.session},
                    {"tokens", e.tokens},
                    {"where", e.stored ? "store" : "slot"},

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace kvlane::daemon {
 
 void admission::set_limits(admission_limits limits) {
@@ -46,27 +48,41 @@ void admission::release_client(uid_t uid) {
     users_.erase(it);
 }
 
-std::optional<std::string> admission::admit_request(uid_t uid) {
-  std::lock_guard lock{mu_};
+std::optional<std::string> admission::admit_locked(std::uint64_t principal, std::uint32_t limit,
+                                                   const std::function<std::string()>& who,
+                                                   std::string_view limit_key) {
   if (live_ >= limits_.max_live_sequences)
     return fmt::format("kvlaned already runs {} live sequence(s) ([clients] max_live_sequences); {}",
                        live_, retry_hint_locked());
-  auto& u = users_[uid];
-  if (u.requests >= limits_.max_requests_per_user) {
+  auto& u = users_[principal];
+  if (u.requests >= (limit == 0 ? limits_.max_requests_per_user : limit)) {
     const auto n = u.requests;
     if (u.clients == 0 && u.requests == 0)
-      users_.erase(uid);
-    return fmt::format("uid {} already has {} live request(s) ([clients] max_requests_per_user); {}",
-                       uid, n, retry_hint_locked());
+      users_.erase(principal);
+    return fmt::format("{} already has {} live request(s) ({}); {}", who(), n, limit_key,
+                       retry_hint_locked());
   }
   ++u.requests;
   ++live_;
   return std::nullopt;
 }
 
-void admission::release_request(uid_t uid) {
+std::optional<std::string> admission::admit_request(uid_t uid) {
   std::lock_guard lock{mu_};
-  auto it = users_.find(uid);
+  return admit_locked(uid, 0, [uid] { return fmt::format("uid {}", uid); },
+                      "[clients] max_requests_per_user");
+}
+
+std::optional<std::string> admission::admit_request(std::uint64_t principal, std::uint32_t limit,
+                                                    std::string_view who,
+                                                    std::string_view limit_key) {
+  std::lock_guard lock{mu_};
+  return admit_locked(principal, limit, [who] { return std::string{who}; }, limit_key);
+}
+
+void admission::release_request(std::uint64_t principal) {
+  std::lock_guard lock{mu_};
+  auto it = users_.find(principal);
   if (it == users_.end() || it->second.requests == 0)
     return;
   --live_;
@@ -77,6 +93,20 @@ void admission::release_request(uid_t uid) {
 std::uint64_t admission::live_requests() const {
   std::lock_guard lock{mu_};
   return live_;
+}
+
+admission_ticket& admission_ticket::operator=(admission_ticket&& o) noexcept {
+  if (this != &o) {
+    release();
+    admission_ = std::move(o.admission_);
+    principal_ = o.principal_;
+  }
+  return *this;
+}
+
+void admission_ticket::release() noexcept {
+  if (auto a = std::exchange(admission_, nullptr))
+    a->release_request(principal_);
 }
 
 } // namespace kvlane::daemon

@@ -137,7 +137,15 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string 
   std::vector<std::string> names;
   for (auto& m : self->cfg_.models)
     names.push_back(m.name);
-  self->metrics_ = std::make_unique<metrics>(std::move(names));
+  std::vector<std::string> identities; // as http::key_ring names them
+  if (!self->cfg_.http.listen.empty()) {
+    const auto& h = self->cfg_.http;
+    if (!h.api_key.empty() || !h.api_key_file.empty() || h.keys.empty())
+      identities.emplace_back("default");
+    for (auto& k : h.keys)
+      identities.push_back(k.name);
+  }
+  self->metrics_ = std::make_unique<metrics>(std::move(names), std::move(identities));
 
   // The engine: snapshot store, model backends, schedulers and their lanes.
   auto eng = actors::engine::create(*self->system_, self->cfg_, {},
@@ -182,6 +190,8 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string 
     return s->gateway_ ? s->gateway_->counters().clients_connected.load() : 0;
   };
   sv.reload = [s = self.get()] { return s->reload(); };
+  for (auto& k : self->cfg_.http.keys)
+    sv.http_keys.push_back(k.name);
   sv.set_log_level = [](std::string_view logger, std::string_view level) {
     return logging::set_level(logger, level);
   };
@@ -216,12 +226,14 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string 
     auto api = http::server::create(self->cfg_.http, self->cfg_.models, *self->engine_,
                                     [s = self.get()] {
                                       return s->serving_.load() && s->engine_->admitting();
-                                    });
+                                    },
+                                    self->gateway_->shared_admission());
     if (!api)
       return unexpected(std::move(api).error());
     self->api_ = std::move(*api);
     logging::get("http")->info("HTTP API (OpenAI and Ollama compatible) on {}{}", self->api_->url(),
                                self->cfg_.http.api_key.empty() && self->cfg_.http.api_key_file.empty()
+                                     && self->cfg_.http.keys.empty()
                                  ? ""
                                  : " (API key required)");
     self->on_stop("HTTP API", [s = self.get()] { s->api_.reset(); });

@@ -59,7 +59,7 @@ gateway::gateway(const clients_section& cfg, std::string path, actors::engine& e
     path_(std::move(path)),
     engine_(engine),
     conversations_(sessions ? std::move(sessions) : std::make_shared<session_table>()),
-    admission_(limits_of(cfg)),
+    admission_(std::make_shared<admission>(limits_of(cfg))),
     max_pending_(cfg.max_pending) {}
 
 admission_limits gateway::limits_of(const clients_section& cfg) {
@@ -72,7 +72,7 @@ admission_limits gateway::limits_of(const clients_section& cfg) {
 }
 
 void gateway::set_admission(const clients_section& cfg) {
-  admission_.set_limits(limits_of(cfg));
+  admission_->set_limits(limits_of(cfg));
   max_pending_.store(cfg.max_pending, std::memory_order_relaxed);
 }
 
@@ -282,7 +282,7 @@ void gateway::accept_all() {
       r.code = proto::errc::busy;
       r.message = fmt::format("kvlaned has {} connection(s) waiting for their hello "
                               "([clients] max_pending); {}",
-                              pending_.size(), admission_.retry_hint());
+                              pending_.size(), admission_->retry_hint());
       auto bytes = proto::encode(r);
       (void)::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       ::close(fd);
@@ -347,7 +347,7 @@ void gateway::handle_pending(int fd) {
     return refuse(fd, proto::errc::server_busy,
                   "kvlaned already serves " + std::to_string(sessions_.size()) +
                     " clients ([clients] max_clients)");
-  if (auto busy = admission_.admit_client(peer.uid)) {
+  if (auto busy = admission_->admit_client(peer.uid)) {
     counters_.busy_refusals.fetch_add(1, std::memory_order_relaxed);
     return refuse(fd, proto::errc::busy, *busy);
   }
@@ -360,7 +360,7 @@ void gateway::handle_pending(int fd) {
   s.limits = &cfg_;
   s.engine = &engine_;
   s.counters = &counters_;
-  s.admit = &admission_;
+  s.admit = admission_.get();
   s.sessions = conversations_;
   s.loop_wake_fd = wake_fd_;
   auto session = client_session::create(std::move(s));

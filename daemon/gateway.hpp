@@ -70,6 +70,9 @@ public:
   void set_admission(const clients_section& cfg);
 
   const std::string& socket_path() const noexcept { return path_; }
+  /// The admission limits apps pass; the HTTP API's requests pass them too, so that
+  /// [clients] max_live_sequences bounds both. Thread-safe.
+  std::shared_ptr<admission> shared_admission() const noexcept { return admission_; }
   /// Current figures (engine_live and store figures are filled by the loop's
   /// stats handler only; here they are zero).
   const gateway_counters& counters() const noexcept { return counters_; }
@@ -103,7 +106,7 @@ private:
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::atomic<bool> stopping_{false};
-  admission admission_;
+  std::shared_ptr<admission> admission_; ///< shared with the HTTP API, whose requests it counts too
   std::atomic<std::uint32_t> max_pending_;
   std::thread loop_;
   std::uint64_t next_id_ = 1;

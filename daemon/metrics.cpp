@@ -29,11 +29,27 @@ histogram::snapshot histogram::read() const noexcept {
   return s;
 }
 
-metrics::metrics(std::vector<std::string> models) {
+metrics::metrics(std::vector<std::string> models, std::vector<std::string> http_identities) {
   for (auto& m : models) {
     models_.push_back(std::make_unique<per_model>());
     models_.back()->name = std::move(m);
   }
+  for (auto& i : http_identities) {
+    identities_.push_back(std::make_unique<per_identity>());
+    identities_.back()->name = std::move(i);
+  }
+}
+
+metrics::per_identity* metrics::find_identity(std::string_view client) noexcept {
+  constexpr std::string_view prefix = "http:";
+  if (!client.starts_with(prefix))
+    return nullptr;
+  client.remove_prefix(prefix.size());
+  client = client.substr(0, client.find('/'));
+  for (auto& i : identities_)
+    if (i->name == client)
+      return i.get();
+  return nullptr;
 }
 
 metrics::per_model* metrics::find(std::string_view model) noexcept {
@@ -49,6 +65,8 @@ void metrics::record(const actors::completion& c) noexcept {
     return;
   const auto& e = *c.end;
   m->outcomes[static_cast<std::size_t>(e.reason)].fetch_add(1, std::memory_order_relaxed);
+  if (auto* i = find_identity(c.client))
+    i->outcomes[static_cast<std::size_t>(e.reason)].fetch_add(1, std::memory_order_relaxed);
   if (e.generated_tokens > 0)
     m->ttft.observe(e.ttft_ms / 1000);
   if (e.generated_tokens > 1)
@@ -136,6 +154,16 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
       w.sample("kvlane_requests_total",
                fmt::format("{},outcome=\"{}\"", model_label(m->name), actors::to_string(reason)),
                double(m->outcomes[static_cast<std::size_t>(reason)].load()));
+  if (!identities_.empty()) {
+    w.family("kvlane_http_requests_total", "counter",
+             "Finished HTTP API requests by identity (API key name) and outcome.");
+    for (auto& i : identities_)
+      for (auto reason : {actors::end_reason::length, actors::end_reason::stop,
+                          actors::end_reason::cancelled, actors::end_reason::error})
+        w.sample("kvlane_http_requests_total",
+                 fmt::format("identity=\"{}\",outcome=\"{}\"", i->name, actors::to_string(reason)),
+                 double(i->outcomes[static_cast<std::size_t>(reason)].load()));
+  }
   w.family("kvlane_ttft_seconds", "histogram", "Time from submit to the first token.");
   for (auto& m : models_)
     w.histogram("kvlane_ttft_seconds", model_label(m->name), m->ttft.read());

@@ -42,7 +42,9 @@ private:
 
 class metrics {
 public:
-  explicit metrics(std::vector<std::string> models);
+  /// `http_identities`: the names of the HTTP API's identities (docs/http.md, "Identities"),
+  /// from the config, so that their label values are a bounded set.
+  explicit metrics(std::vector<std::string> models, std::vector<std::string> http_identities = {});
 
   /// Records one finished request.
   void record(const actors::completion& c) noexcept;
@@ -59,7 +61,15 @@ private:
   };
   per_model* find(std::string_view model) noexcept;
 
+  struct per_identity {
+    std::string name;
+    std::array<std::atomic<std::uint64_t>, 4> outcomes{}; // by end_reason
+  };
+  /// The identity an HTTP request's client ("http:NAME" or "http:NAME/SESSION") names.
+  per_identity* find_identity(std::string_view client) noexcept;
+
   std::vector<std::unique_ptr<per_model>> models_;
+  std::vector<std::unique_ptr<per_identity>> identities_;
 };
 
 } // namespace kvlane::daemon

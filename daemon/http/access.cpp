@@ -81,19 +81,24 @@ bool constant_time_equal(std::string_view a, std::string_view b) noexcept {
   return sink == 0;
 }
 
-bool bearer_matches(std::string_view authorization, std::string_view key) noexcept {
+std::optional<std::string_view> bearer_token(std::string_view authorization) noexcept {
   constexpr std::string_view scheme = "bearer ";
   if (authorization.size() < scheme.size())
-    return false;
+    return std::nullopt;
   for (std::size_t i = 0; i < scheme.size(); ++i)
     if (std::tolower(static_cast<unsigned char>(authorization[i])) != scheme[i])
-      return false;
+      return std::nullopt;
   auto token = authorization.substr(scheme.size());
   while (!token.empty() && token.front() == ' ')
     token.remove_prefix(1);
   while (!token.empty() && token.back() == ' ')
     token.remove_suffix(1);
-  return constant_time_equal(token, key);
+  return token;
+}
+
+bool bearer_matches(std::string_view authorization, std::string_view key) noexcept {
+  const auto token = bearer_token(authorization);
+  return token && constant_time_equal(*token, key);
 }
 
 std::optional<std::string> allowed_origin(std::string_view origin,

@@ -16,6 +16,10 @@ namespace kvlane::daemon::http {
 /// True when `a` and `b` are equal; the time depends only on their lengths.
 bool constant_time_equal(std::string_view a, std::string_view b) noexcept;
 
+/// The token of an Authorization header "Bearer <token>" (scheme case-insensitive,
+/// surrounding spaces dropped); nothing for another scheme or none.
+std::optional<std::string_view> bearer_token(std::string_view authorization) noexcept;
+
 /// True when `authorization` is "Bearer <key>" (scheme case-insensitive).
 bool bearer_matches(std::string_view authorization, std::string_view key) noexcept;
 

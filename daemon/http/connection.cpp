@@ -242,7 +242,7 @@ void connection::handle() {
   view.method = req.method();
   view.path = path;
   view.body = req.body();
-  view.client = "http:" + peer_;
+  view.who = who_;
   auto g = route(svc_, view, shared_from_this());
   if (exchange_active_ && g) {
     generation_ = std::move(g);
@@ -372,8 +372,8 @@ bool connection::refuse_before_body() {
   const auto origin = sv(req[bhttp::field::origin]);
   if (!origin.empty() && !allowed_origin(origin, settings_.limits->cors_origins))
     return refuse(403, "CORS: this origin is not in [http] cors_origins", "cors_forbidden");
-  if (!settings_.api_key.empty() && req.method() != bhttp::verb::options && needs_key(path)
-      && !bearer_matches(sv(req[bhttp::field::authorization]), settings_.api_key))
+  who_ = settings_.keys.authenticate(sv(req[bhttp::field::authorization]));
+  if (who_ == nullptr && req.method() != bhttp::verb::options && needs_key(path))
     return refuse(401, "missing or incorrect API key: send it as 'Authorization: Bearer KEY'",
                   "invalid_api_key");
   return false;

@@ -19,6 +19,7 @@
 #include "daemon/config.hpp"
 #include "daemon/http/errors.hpp"
 #include "daemon/http/generation.hpp"
+#include "daemon/http/identity.hpp"
 #include "daemon/http/responder.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -39,7 +40,7 @@ struct service;
 
 struct connection_settings {
   const http_section* limits = nullptr;
-  std::string api_key; ///< empty = no key required
+  key_ring keys; ///< the API keys and the identities they name
   std::string listen_host; ///< the host of [http] listen, e.g. "192.168.1.10"
 };
 
@@ -100,6 +101,7 @@ private:
   bool http10_ = false;
   std::vector<std::pair<std::string, std::string>> cors_;
   std::shared_ptr<generation> generation_;
+  const identity* who_ = nullptr; ///< whom the request's API key names (settings_.keys)
   std::deque<std::string> out_;
   bool writing_ = false;
 };

@@ -1,11 +1,14 @@
 #include "daemon/http/generation.hpp"
 
 #include "actors/engine.hpp"
+#include "daemon/admission.hpp"
+#include "daemon/http/identity.hpp"
 #include "daemon/http/post_gate.hpp"
 #include "daemon/http/service.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 #include <utility>
 
@@ -16,8 +19,9 @@ namespace {
 /// Moves the engine's callbacks (CAF worker threads) onto the HTTP thread.
 class posting_sink final : public actors::stream_sink {
 public:
-  posting_sink(std::shared_ptr<post_gate> gate, std::weak_ptr<generation> g)
-    : gate_(std::move(gate)), g_(std::move(g)) {}
+  posting_sink(std::shared_ptr<post_gate> gate, std::weak_ptr<generation> g,
+               admission_ticket ticket)
+    : gate_(std::move(gate)), g_(std::move(g)), ticket_(std::move(ticket)) {}
 
   void on_logprobs(std::span<const actors::token_logprobs> logprobs) override {
     logprobs_.assign(logprobs.begin(), logprobs.end());
@@ -32,6 +36,7 @@ public:
   }
 
   void on_end(const actors::stream_end& end) override {
+    ticket_.release(); // the sequence has left the engine
     gate_->post([g = g_, end] {
       if (auto p = g.lock())
         p->on_end(end);
@@ -41,6 +46,7 @@ public:
 private:
   std::shared_ptr<post_gate> gate_;
   std::weak_ptr<generation> g_;
+  admission_ticket ticket_; ///< counts the sequence while the engine holds this sink
   // on_logprobs() comes just before the on_tokens() of the same tokens (one
   // session thread at a time); they are posted together.
   std::vector<actors::token_logprobs> logprobs_;
@@ -82,6 +88,17 @@ api_error from_submit_error(const actors::submit_error& e, std::string_view prom
   return out;
 }
 
+/// 429: `who` is over its admission limit, or the daemon over max_live_sequences.
+api_error too_many_requests(std::string message, std::chrono::milliseconds retry) {
+  api_error e;
+  e.status = 429;
+  e.type = "requests";
+  e.code = "rate_limit_exceeded";
+  e.message = std::move(message);
+  e.retry_after = static_cast<unsigned>(std::max<std::int64_t>(1, (retry.count() + 999) / 1000));
+  return e;
+}
+
 std::string loaded_models(const actors::engine& eng) {
   std::string out;
   for (const auto& m : eng.models())
@@ -105,7 +122,7 @@ generation::~generation() {
 }
 
 expected<std::shared_ptr<generation>, api_error>
-generation::start(service& svc, generation_request req, std::string client,
+generation::start(service& svc, generation_request req, const identity& who,
                   std::unique_ptr<generation_writer> writer) {
   const bool chat = req.what == generation_request::kind::chat;
   const std::string prompt_param = chat ? "messages" : "prompt";
@@ -118,6 +135,15 @@ generation::start(service& svc, generation_request req, std::string client,
                      "model_not_found");
     e.status = 404;
     return unexpected(std::move(e));
+  }
+  // Admitted before any work on the prompt; the ticket goes with the sequence.
+  admission_ticket ticket;
+  if (svc.admit) {
+    if (auto busy = svc.admit->admit_request(who.principal, who.max_requests,
+                                             fmt::format("HTTP identity '{}'", who.name),
+                                             who.limit_key))
+      return unexpected(too_many_requests(std::move(*busy), svc.admit->limits().retry_after));
+    ticket = admission_ticket{svc.admit, who.principal};
   }
   const auto& tok = m->backend->tokens();
 
@@ -160,11 +186,12 @@ generation::start(service& svc, generation_request req, std::string client,
 
   actors::submit_request sub;
   sub.model = m->name;
-  // HTTP users cannot be told apart (the API key is the boundary): they share
-  // one reuse scope, apart from every local user's.
-  sub.owner = actors::http_owner;
-  sub.client = req.session.empty() ? std::move(client) : "http:" + req.session;
-  sub.priority = req.priority;
+  // The identity (docs/http.md, "Identities") is the reuse scope, the round-robin unit and
+  // the class cap; a session name only shows in ps.
+  sub.owner = who.owner;
+  sub.client = req.session.empty() ? who.client : who.client + "/" + req.session;
+  sub.fairness_unit = who.client;
+  sub.priority = who.batch_only ? actors::priority_class::batch : req.priority;
   sub.sampling.temperature = req.temperature;
   sub.sampling.top_k = req.top_k;
   sub.sampling.top_p = req.top_p;
@@ -182,7 +209,8 @@ generation::start(service& svc, generation_request req, std::string client,
     new generation(svc, m->name, m->backend, std::move(req.stop), std::move(writer))};
   self->prompt_tokens_ = prompt_size;
   auto seq = svc.engine->submit(std::move(sub),
-                                std::make_shared<posting_sink>(svc.gate, self->weak_from_this()));
+                                std::make_shared<posting_sink>(svc.gate, self->weak_from_this(),
+                                                               std::move(ticket)));
   if (!seq)
     return unexpected(from_submit_error(seq.error(), prompt_param));
   self->seq_ = *seq;

@@ -32,6 +32,7 @@ class backend;
 
 namespace kvlane::daemon::http {
 
+struct identity;
 struct service;
 
 struct generation_summary {
@@ -73,12 +74,14 @@ public:
 
 class generation : public std::enable_shared_from_this<generation> {
 public:
-  /// Resolves the model, renders the prompt (chat template or plain text),
-  /// submits to the engine and returns the running generation. Errors: unknown
-  /// model (404), a prompt or max_tokens over the context (400 naming the
-  /// limit), draining (503), anything the engine rejects (400).
+  /// Resolves the model, admits the request as `who` (its own limit and
+  /// [clients] max_live_sequences), renders the prompt (chat template or plain
+  /// text), submits to the engine as `who` and returns the running generation.
+  /// Errors: unknown model (404), over an admission limit (429, Retry-After),
+  /// a prompt or max_tokens over the context (400 naming the limit), draining
+  /// (503), anything the engine rejects (400).
   static expected<std::shared_ptr<generation>, api_error>
-  start(service& svc, generation_request req, std::string client,
+  start(service& svc, generation_request req, const identity& who,
         std::unique_ptr<generation_writer> writer);
 
   ~generation();

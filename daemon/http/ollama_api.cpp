@@ -95,7 +95,7 @@ private:
 };
 
 std::shared_ptr<generation> run(service& svc, expected<generation_request, api_error> req,
-                                std::string client, const std::shared_ptr<responder>& out) {
+                                const identity& who, const std::shared_ptr<responder>& out) {
   if (!req) {
     out->respond(error_response(req.error(), dialect::ollama));
     return nullptr;
@@ -123,7 +123,7 @@ std::shared_ptr<generation> run(service& svc, expected<generation_request, api_e
   const bool stream = req->stream;
   auto w = std::make_unique<writer>(out, chat, stream, req->model);
   auto* raw = w.get();
-  auto g = generation::start(svc, std::move(*req), std::move(client), std::move(w));
+  auto g = generation::start(svc, std::move(*req), who, std::move(w));
   if (!g) {
     out->respond(error_response(g.error(), dialect::ollama));
     return nullptr;
@@ -160,14 +160,14 @@ json model_entry_json(const service& svc, const actors::model_entry& m, bool run
 
 } // namespace
 
-std::shared_ptr<generation> generate(service& svc, std::string_view body, std::string client,
+std::shared_ptr<generation> generate(service& svc, std::string_view body, const identity& who,
                                      const std::shared_ptr<responder>& out) {
-  return run(svc, decode_ollama_generate(body), std::move(client), out);
+  return run(svc, decode_ollama_generate(body), who, out);
 }
 
-std::shared_ptr<generation> chat(service& svc, std::string_view body, std::string client,
+std::shared_ptr<generation> chat(service& svc, std::string_view body, const identity& who,
                                  const std::shared_ptr<responder>& out) {
-  return run(svc, decode_ollama_chat(body), std::move(client), out);
+  return run(svc, decode_ollama_chat(body), who, out);
 }
 
 void version(responder& out) {

@@ -21,9 +21,9 @@ struct service;
 
 namespace kvlane::daemon::http::ollama {
 
-std::shared_ptr<generation> generate(service& svc, std::string_view body, std::string client,
+std::shared_ptr<generation> generate(service& svc, std::string_view body, const identity& who,
                                      const std::shared_ptr<responder>& out);
-std::shared_ptr<generation> chat(service& svc, std::string_view body, std::string client,
+std::shared_ptr<generation> chat(service& svc, std::string_view body, const identity& who,
                                  const std::shared_ptr<responder>& out);
 void version(responder& out);
 void tags(service& svc, responder& out);

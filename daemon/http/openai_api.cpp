@@ -217,7 +217,7 @@ private:
 };
 
 std::shared_ptr<generation> run(service& svc, expected<generation_request, api_error> req,
-                                std::string client, const std::shared_ptr<responder>& out) {
+                                const identity& who, const std::shared_ptr<responder>& out) {
   if (!req) {
     out->respond(error_response(req.error(), dialect::openai));
     return nullptr;
@@ -228,7 +228,7 @@ std::shared_ptr<generation> run(service& svc, expected<generation_request, api_e
   auto w = std::make_unique<writer>(out, chat, stream, req->include_usage, req->logprobs,
                                     std::move(id), req->model);
   auto* raw = w.get();
-  auto g = generation::start(svc, std::move(*req), std::move(client), std::move(w));
+  auto g = generation::start(svc, std::move(*req), who, std::move(w));
   if (!g) {
     out->respond(error_response(g.error(), dialect::openai));
     return nullptr;
@@ -248,14 +248,15 @@ json model_object(const service& svc, const actors::model_entry& m) {
 
 } // namespace
 
-std::shared_ptr<generation> chat_completions(service& svc, std::string_view body, std::string client,
+std::shared_ptr<generation> chat_completions(service& svc, std::string_view body,
+                                             const identity& who,
                                              const std::shared_ptr<responder>& out) {
-  return run(svc, decode_chat_completion(body), std::move(client), out);
+  return run(svc, decode_chat_completion(body), who, out);
 }
 
-std::shared_ptr<generation> completions(service& svc, std::string_view body, std::string client,
+std::shared_ptr<generation> completions(service& svc, std::string_view body, const identity& who,
                                         const std::shared_ptr<responder>& out) {
-  return run(svc, decode_completion(body), std::move(client), out);
+  return run(svc, decode_completion(body), who, out);
 }
 
 void list_models(service& svc, responder& out) {

@@ -24,9 +24,9 @@ namespace kvlane::daemon::http::openai {
 
 /// Starts the request (nullptr when it was answered at once, e.g. with an error).
 std::shared_ptr<generation> chat_completions(service& svc, std::string_view body,
-                                             std::string client,
+                                             const identity& who,
                                              const std::shared_ptr<responder>& out);
-std::shared_ptr<generation> completions(service& svc, std::string_view body, std::string client,
+std::shared_ptr<generation> completions(service& svc, std::string_view body, const identity& who,
                                         const std::shared_ptr<responder>& out);
 void list_models(service& svc, responder& out);
 void retrieve_model(service& svc, std::string_view id, responder& out);

@@ -55,7 +55,7 @@ std::shared_ptr<generation> route(service& svc, const request_view& req,
   const bool get = req.method == verb::get || req.method == verb::head;
   const bool post = req.method == verb::post;
 
-  using post_handler = std::shared_ptr<generation> (*)(service&, std::string_view, std::string,
+  using post_handler = std::shared_ptr<generation> (*)(service&, std::string_view, const identity&,
                                                        const std::shared_ptr<responder>&);
   struct generating_route {
     std::string_view path;
@@ -74,7 +74,7 @@ std::shared_ptr<generation> route(service& svc, const request_view& req,
       wrong_method(p, "POST", *out);
       return nullptr;
     }
-    return g.handler(svc, req.body, req.client, out);
+    return g.handler(svc, req.body, *req.who, out);
   }
 
   if (p == "/" || p == "/health" || p == "/v1/models" || p == "/api/version" || p == "/api/tags"

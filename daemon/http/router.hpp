@@ -21,13 +21,14 @@
 
 namespace kvlane::daemon::http {
 
+struct identity;
 struct service;
 
 struct request_view {
   boost::beast::http::verb method = boost::beast::http::verb::get;
   std::string_view path; ///< without the query string
   std::string_view body;
-  std::string client;    ///< how `kvlane ps` names the requester
+  const identity* who = nullptr; ///< whom the API key named; never null for a generation
 };
 
 /// The error dialect of `path`: Ollama's under /api/, OpenAI's elsewhere.

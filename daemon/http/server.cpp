@@ -89,27 +89,32 @@ expected<std::string, std::string> read_api_key_file(const std::string& path) {
 
 expected<std::unique_ptr<server>, std::string>
 server::create(const http_section& cfg, std::vector<model_section> models, actors::engine& engine,
-               std::function<bool()> ready) {
+               std::function<bool()> ready, std::shared_ptr<admission> admit) {
   const auto where = parse_http_listen(cfg.listen);
   if (!where)
     return unexpected(fmt::format("http.listen: not an address and port: '{}'", cfg.listen));
   auto p = std::make_unique<impl>();
   p->cfg = cfg;
   p->settings.limits = &p->cfg;
-  p->settings.api_key = cfg.api_key;
+  std::string api_key = cfg.api_key;
   p->settings.listen_host = where->host;
   if (!cfg.api_key_file.empty()) {
     auto key = read_api_key_file(cfg.api_key_file);
     if (!key)
       return unexpected(std::move(key).error());
-    p->settings.api_key = std::move(*key);
+    api_key = std::move(*key);
   }
-  if (!where->loopback && p->settings.api_key.empty())
+  auto keys = key_ring::create(std::move(api_key), cfg.keys);
+  if (!keys)
+    return unexpected(std::move(keys).error());
+  p->settings.keys = std::move(*keys);
+  if (!where->loopback && !p->settings.keys.keyed())
     return unexpected(fmt::format("http.api_key: required when listening on {} (not loopback)",
                                   cfg.listen));
   p->svc.engine = &engine;
   p->svc.models = std::move(models);
   p->svc.ready = std::move(ready);
+  p->svc.admit = std::move(admit);
   p->svc.gate = std::make_shared<post_gate>(p->ioc.get_executor());
 
   error_code ec;

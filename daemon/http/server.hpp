@@ -24,16 +24,21 @@ namespace kvlane::actors {
 class engine;
 } // namespace kvlane::actors
 
+namespace kvlane::daemon {
+class admission;
+} // namespace kvlane::daemon
+
 namespace kvlane::daemon::http {
 
 class server {
 public:
   /// Binds and starts serving. `ready` says whether the daemon admits
-  /// requests (GET /health). Errors: a bad listen address, a port in use, an
+  /// requests (GET /health); `admit` is the apps' admission ([clients]
+  /// limits), which HTTP requests pass too (none: no limits). Errors: a bad listen address, a port in use, an
   /// unreadable or empty api_key_file (the message names the key).
   static expected<std::unique_ptr<server>, std::string>
   create(const http_section& cfg, std::vector<model_section> models, actors::engine& engine,
-         std::function<bool()> ready);
+         std::function<bool()> ready, std::shared_ptr<admission> admit = {});
   ~server();
   server(const server&) = delete;
   server& operator=(const server&) = delete;

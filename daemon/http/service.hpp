@@ -22,12 +22,18 @@ class engine;
 struct model_entry;
 } // namespace kvlane::actors
 
+namespace kvlane::daemon {
+class admission;
+} // namespace kvlane::daemon
+
 namespace kvlane::daemon::http {
 
 struct service {
   actors::engine* engine = nullptr;
   std::vector<model_section> models; ///< the configured models (chat_format, ...)
   std::function<bool()> ready;
+  /// [clients] admission, shared with the apps' gateway; null = no limits (tests).
+  std::shared_ptr<admission> admit;
   std::shared_ptr<post_gate> gate;       ///< posts to the HTTP thread
   std::uint64_t next_request = 1;        ///< HTTP thread only
   std::chrono::system_clock::time_point started = std::chrono::system_clock::now();
