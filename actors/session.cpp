@@ -29,6 +29,10 @@ struct session_state {
   /// destroyed as unreachable before it handles the scheduler's down message.
   /// Released with the state when the session quits.
   caf::actor keep_alive;
+  /// The monitored scheduler. CAF 0.17 never removes a monitor whose observer
+  /// has quit: the scheduler would keep a weak reference to every finished
+  /// session, which holds that session's memory for the model's lifetime.
+  caf::actor_addr scheduler;
 };
 
 /// Ends the stream: completes the timings, tells the sink and the hook, quits.
@@ -44,6 +48,7 @@ void finish(caf::stateful_actor<session_state>* self, stream_end end) {
   st.sink->on_end(end);
   if (st.on_end)
     st.on_end(end);
+  self->demonitor(st.scheduler);
   self->quit();
 }
 
@@ -72,6 +77,7 @@ caf::behavior session_behavior(caf::stateful_actor<session_state>* self,
   // end the stream: do it here. Messages from one sender arrive in order, so
   // an end the scheduler sent before it stopped is handled first.
   self->state.keep_alive = caf::actor_cast<caf::actor>(self);
+  self->state.scheduler = owner.scheduler.address();
   self->monitor(owner.scheduler);
   self->set_down_handler([self, model = std::move(owner.model),
                            health = std::move(owner.health)](caf::down_msg& dm) {
