@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 namespace kvlane::daemon::http {
 
 namespace {
@@ -20,8 +22,11 @@ namespace net = boost::asio;
 namespace bhttp = boost::beast::http;
 using error_code = boost::system::error_code;
 
-/// Bytes a client may leave unread before its connection is closed.
+/// Bytes a client may leave unread before its connection is closed: checked before
+/// each new write is queued, so one response of any size still goes out whole.
 constexpr std::size_t max_unsent_bytes = 8u << 20;
+/// A write buffer kept between writes up to this capacity; a larger one is freed.
+constexpr std::size_t kept_write_capacity = 64u << 10;
 /// What one read takes from the socket.
 constexpr std::size_t read_chunk = 4096;
 
@@ -31,18 +36,18 @@ std::string_view sv(boost::beast::string_view s) noexcept {
 
 } // namespace
 
-connection::connection(net::ip::tcp::socket socket, service& svc,
-                       const connection_settings& settings,
-                       std::shared_ptr<std::atomic<std::uint32_t>> open_count)
-  : socket_(std::move(socket)),
+connection::connection(net::ip::tcp::socket socket, net::ssl::context* tls, service& svc,
+                       const connection_settings& settings, connection_limits::ticket place,
+                       bool refuse)
+  : stream_(std::move(socket), tls),
     svc_(svc),
     settings_(settings),
-    open_count_(std::move(open_count)),
-    read_deadline_(socket_.get_executor()),
-    write_deadline_(socket_.get_executor()) {
-  open_count_->fetch_add(1, std::memory_order_relaxed);
+    place_(std::move(place)),
+    refuse_(refuse),
+    read_deadline_(stream_.get_executor()),
+    write_deadline_(stream_.get_executor()) {
   error_code ec;
-  const auto ep = socket_.remote_endpoint(ec);
+  const auto ep = stream_.socket().remote_endpoint(ec);
   if (ec)
     peer_ = "unknown";
   else if (ep.address().is_v6())
@@ -54,22 +59,48 @@ connection::connection(net::ip::tcp::socket socket, service& svc,
 connection::~connection() {
   if (generation_)
     generation_->abandon();
-  open_count_->fetch_sub(1, std::memory_order_relaxed);
 }
 
 void connection::start() {
   error_code ec;
-  socket_.set_option(net::ip::tcp::no_delay(true), ec);
-  wait_for_request();
+  stream_.socket().set_option(net::ip::tcp::no_delay(true), ec);
+  if (!stream_.tls()) {
+    wait_for_request();
+    return;
+  }
+  // The handshake is the request's start: it must finish within header_timeout.
+  phase_ = phase::header;
+  arm_read_deadline(settings_.limits->header_timeout);
+  reading_ = true;
+  stream_.async_handshake([self = shared_from_this()](error_code hs) {
+    self->reading_ = false;
+    self->on_handshake(hs);
+  });
+}
+
+void connection::on_handshake(const error_code& ec) {
+  if (phase_ == phase::closed)
+    return;
+  if (!ec) {
+    wait_for_request();
+    return;
+  }
+  if (plaintext_http_on_tls(ec)) {
+    // curl http://host:port against the TLS port: say so, in plaintext, instead of a reset.
+    stream_.plaintext_fallback();
+    reject(400, "this port speaks HTTPS (TLS): use an https:// URL");
+    return;
+  }
+  logging::get("http")->debug("{}: TLS handshake failed: {}", peer_, ec.message());
+  stream_.plaintext_fallback(); // nothing more to say over TLS: end with a plain FIN
+  linger_close();
 }
 
 void connection::close() {
   if (phase_ == phase::closed)
     return;
   phase_ = phase::closed;
-  error_code ec;
-  socket_.shutdown(net::ip::tcp::socket::shutdown_both, ec);
-  socket_.close(ec);
+  stream_.close();
   read_deadline_.cancel();
   write_deadline_.cancel();
   if (generation_)
@@ -95,7 +126,8 @@ void connection::wait_for_request() {
     read_header();
     return;
   }
-  arm_read_deadline(settings_.limits->idle_timeout);
+  // A refused connection gets header_timeout for all of its request's headers.
+  arm_read_deadline(refuse_ ? settings_.limits->header_timeout : settings_.limits->idle_timeout);
   watch_peer();
 }
 
@@ -103,20 +135,22 @@ void connection::watch_peer() {
   if (reading_ || phase_ == phase::closed)
     return;
   reading_ = true;
-  socket_.async_read_some(buffer_.prepare(read_chunk), [self = shared_from_this()](error_code ec,
+  stream_.async_read_some(buffer_.prepare(read_chunk), [self = shared_from_this()](error_code ec,
                                                                                    std::size_t n) {
     self->reading_ = false;
     if (self->phase_ == phase::closed)
       return;
+    if (self->phase_ == phase::draining) {
+      // linger_close() cancelled this read (or it raced with it): the drain goes on.
+      self->drain();
+      return;
+    }
     if (ec) {
       self->on_peer_gone();
       return;
     }
     self->buffer_.commit(n);
-    if (self->phase_ == phase::draining) {
-      self->buffer_.consume(self->buffer_.size());
-      self->watch_peer();
-    } else if (self->phase_ == phase::waiting) {
+    if (self->phase_ == phase::waiting) {
       self->read_header();
     } else if (self->phase_ == phase::handling && self->exchange_active_) {
       // Pipelined bytes of the next request: keep them, keep watching while they are few.
@@ -136,10 +170,14 @@ void connection::read_header() {
   phase_ = phase::header;
   parser_.emplace();
   parser_->header_limit(settings_.limits->max_header_bytes);
-  parser_->body_limit(settings_.limits->max_body_bytes);
-  arm_read_deadline(settings_.limits->header_timeout);
+  // No body limit yet: Beast would fail the header read on a Content-Length over it, which
+  // must be a 413, and only after the checks of refuse_before_body(). (Not boost::none:
+  // Beast 1.74 compares a Content-Length against it as a value and fails every body.)
+  parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+  if (!refuse_)
+    arm_read_deadline(settings_.limits->header_timeout); // a refused one's runs on
   reading_ = true;
-  bhttp::async_read_header(socket_, buffer_, *parser_, [self = shared_from_this()](error_code ec,
+  bhttp::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](error_code ec,
                                                                                    std::size_t) {
     self->reading_ = false;
     if (self->phase_ == phase::closed)
@@ -167,6 +205,7 @@ void connection::read_header() {
                                     *len, self->settings_.limits->max_body_bytes));
       return;
     }
+    self->parser_->body_limit(self->settings_.limits->max_body_bytes); // chunked: as it arrives
     if (boost::beast::iequals(req[bhttp::field::expect], "100-continue") && !self->parser_->is_done())
       self->queue("HTTP/1.1 100 Continue\r\n\r\n");
     self->read_body();
@@ -182,7 +221,7 @@ void connection::read_body() {
   }
   arm_read_deadline(settings_.limits->idle_timeout);
   reading_ = true;
-  bhttp::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](error_code ec,
+  bhttp::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](error_code ec,
                                                                             std::size_t) {
     self->reading_ = false;
     if (self->phase_ == phase::closed)
@@ -329,19 +368,46 @@ void connection::after_exchange() {
 
 // Closing with unread request bytes in the kernel would send a reset, which
 // can destroy the response before the client reads it (a 413 or 431 on a
-// large request). So: end our side, read and drop what the client still
-// sends, and close on its EOF or after a short grace.
+// large request). So: end our side (TLS: close_notify first), read and drop
+// what the client still sends, and close on its EOF or after a short grace.
 void connection::linger_close() {
   phase_ = phase::draining;
-  error_code ec;
-  socket_.shutdown(net::ip::tcp::socket::shutdown_send, ec);
-  if (ec) {
-    close();
-    return;
-  }
   arm_read_deadline(std::min<std::chrono::milliseconds>(settings_.limits->idle_timeout,
                                                         std::chrono::seconds(2)));
-  watch_peer();
+  if (reading_) {
+    // The read that watched for a disconnect: its completion continues in drain(), so
+    // that close_notify never runs beside another read of the TLS stream.
+    stream_.cancel();
+    return;
+  }
+  drain();
+}
+
+void connection::drain() {
+  if (phase_ != phase::draining || reading_)
+    return;
+  if (!ending_) {
+    ending_ = true;
+    reading_ = true; // TLS: close_notify reads the peer's answer
+    stream_.async_end_sending([self = shared_from_this()](error_code) {
+      self->reading_ = false;
+      self->drain();
+    });
+    return;
+  }
+  // Our side is ended: what still arrives is read raw and dropped, until EOF.
+  reading_ = true;
+  stream_.socket().async_read_some(
+    buffer_.prepare(read_chunk), [self = shared_from_this()](error_code ec, std::size_t) {
+      self->reading_ = false;
+      if (self->phase_ == phase::closed)
+        return;
+      if (ec) {
+        self->close();
+        return;
+      }
+      self->drain();
+    });
 }
 
 bool connection::refuse_before_body() {
@@ -358,9 +424,19 @@ bool connection::refuse_before_body() {
     cors_.clear();
     auto e = invalid("", std::move(message), std::move(code));
     e.status = status;
+    if (status == 503) {
+      e.type = "server_error";
+      e.retry_after = 1;
+    }
     respond(error_response(e, dialect_of(path)));
     return true;
   };
+  if (refuse_)
+    return refuse(503,
+                  fmt::format("this address has {} connections open, the most one address may have "
+                              "([http] max_connections_per_peer): retry once one of them closes",
+                              settings_.limits->max_connections_per_peer),
+                  "too_many_connections");
   if (!host_allowed(sv(req[bhttp::field::host]), settings_.listen_host,
                     settings_.limits->allowed_hosts))
     return refuse(403,
@@ -392,50 +468,92 @@ void connection::reject(unsigned status, std::string message) {
 }
 
 void connection::queue(std::string bytes) {
-  if (phase_ == phase::closed)
+  if (phase_ == phase::closed || bytes.empty())
     return;
-  std::size_t unsent = bytes.size();
-  for (const auto& b : out_)
-    unsent += b.size();
-  if (unsent > max_unsent_bytes) {
-    logging::get("http")->warn("{} stopped reading its response ({} bytes unsent); closing", peer_,
-                               unsent);
+  // What the client has not read of the earlier writes: a reader that falls this far
+  // behind a stream is not keeping up. The new bytes are not counted, so one response of
+  // any size is queued whole; the write deadline drops a reader that stops reading it.
+  if (unsent_ > max_unsent_bytes) {
+    logging::get("http")->warn("{} is not reading its response ({} bytes unsent); closing", peer_,
+                               unsent_);
     on_peer_gone();
     return;
   }
+  unsent_ += bytes.size();
   out_.push_back(std::move(bytes));
-  if (!writing_)
+  if (!write_pending_)
     write_next();
 }
 
 void connection::write_next() {
-  // Everything queued goes out in one write: a step's tokens for many events.
-  auto batch = std::make_shared<std::string>();
-  for (auto& b : out_)
-    *batch += b;
-  out_.clear();
-  writing_ = true;
-  write_deadline_.expires_after(settings_.limits->idle_timeout);
+  if (writing_.size() == written_) {
+    // Everything queued goes out in one write: a step's tokens for many events.
+    written_ = 0;
+    if (writing_.capacity() > kept_write_capacity || out_.size() == 1) {
+      writing_ = std::move(out_.front());
+      out_.pop_front();
+    } else {
+      writing_.clear();
+    }
+    for (auto& b : out_)
+      writing_ += b;
+    out_.clear();
+  }
+  write_pending_ = true;
+  arm_write_deadline();
+  stream_.async_write_some(
+    net::buffer(writing_.data() + written_, writing_.size() - written_),
+    [self = shared_from_this()](error_code ec, std::size_t n) {
+      self->write_pending_ = false;
+      if (self->phase_ == phase::closed)
+        return;
+      if (ec) {
+        self->on_peer_gone();
+        return;
+      }
+      self->written_ += n;
+      self->unsent_ -= n;
+      if (self->unsent_ != 0) {
+        self->write_next();
+        return;
+      }
+      self->written_ = 0;
+      if (self->writing_.capacity() > kept_write_capacity)
+        std::string{}.swap(self->writing_);
+      else
+        self->writing_.clear();
+      if (!self->exchange_active_ && self->phase_ == phase::handling)
+        self->after_exchange();
+    });
+}
+
+// One timer for all the writes in flight, however many partial writes they take: it
+// fires idle_timeout after the last progress, never while the reader keeps reading.
+void connection::arm_write_deadline() {
+  write_progress_ = std::chrono::steady_clock::now();
+  if (!write_deadline_armed_)
+    wait_write_deadline(write_progress_ + settings_.limits->idle_timeout);
+}
+
+void connection::wait_write_deadline(std::chrono::steady_clock::time_point at) {
+  write_deadline_armed_ = true;
+  write_deadline_.expires_at(at);
   write_deadline_.async_wait([w = weak_from_this()](error_code ec) {
-    if (ec)
+    auto self = w.lock();
+    if (!self)
       return;
-    if (auto self = w.lock())
+    self->write_deadline_armed_ = false;
+    if (ec || self->phase_ == phase::closed || !self->write_pending_)
+      return;
+    const auto idle = self->settings_.limits->idle_timeout;
+    if (std::chrono::steady_clock::now() - self->write_progress_ >= idle) {
+      logging::get("http")->debug("{} read nothing of its response for {} ms ({} bytes unsent); "
+                                  "closing",
+                                  self->peer_, idle.count(), self->unsent_);
       self->on_peer_gone(); // the client stopped reading
-  });
-  net::async_write(socket_, net::buffer(*batch), [self = shared_from_this(), batch](error_code ec,
-                                                                                    std::size_t) {
-    self->writing_ = false;
-    self->write_deadline_.cancel();
-    if (self->phase_ == phase::closed)
-      return;
-    if (ec) {
-      self->on_peer_gone();
       return;
     }
-    if (!self->out_.empty())
-      self->write_next();
-    else if (!self->exchange_active_ && self->phase_ == phase::handling)
-      self->after_exchange();
+    self->wait_write_deadline(self->write_progress_ + idle);
   });
 }
 

@@ -11,16 +11,24 @@
 // (SSE, NDJSON). While a generation runs it keeps a read pending, so a client
 // that disconnects — mid-prefill or mid-stream — has its sequence cancelled at
 // once. A client that stops reading cannot hold the connection: a write that
-// does not finish within idle_timeout closes it.
+// makes no progress within idle_timeout closes it, and so does a stream whose
+// reader falls more than 8 MiB behind; a single response of any size is
+// delivered to a reader that keeps reading. Over TLS it first runs the
+// handshake (within header_timeout) and ends with close_notify; a plaintext
+// request sent to a TLS listener gets a plaintext 400 saying so. A connection
+// admitted only to be refused (its peer is over max_connections_per_peer)
+// reads the request's headers and answers 503.
 //
 // Ownership and threading: owned by shared_ptrs held by its own pending
 // operations (and weakly by the server); everything runs on the HTTP thread.
 
 #include "daemon/config.hpp"
+#include "daemon/http/connection_limits.hpp"
 #include "daemon/http/errors.hpp"
 #include "daemon/http/generation.hpp"
 #include "daemon/http/identity.hpp"
 #include "daemon/http/responder.hpp"
+#include "daemon/http/stream.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -28,7 +36,6 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
-#include <atomic>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -46,8 +53,11 @@ struct connection_settings {
 
 class connection final : public responder, public std::enable_shared_from_this<connection> {
 public:
-  connection(boost::asio::ip::tcp::socket socket, service& svc, const connection_settings& settings,
-             std::shared_ptr<std::atomic<std::uint32_t>> open_count);
+  /// Plaintext when `tls` is null. `place` holds the connection's place in the limits;
+  /// with `refuse`, the connection answers its first request 503 (its peer is over
+  /// max_connections_per_peer) and closes.
+  connection(boost::asio::ip::tcp::socket socket, boost::asio::ssl::context* tls, service& svc,
+             const connection_settings& settings, connection_limits::ticket place, bool refuse);
   ~connection() override;
 
   void start();
@@ -63,6 +73,7 @@ public:
 private:
   enum class phase { waiting, header, body, handling, draining, closed };
 
+  void on_handshake(const boost::system::error_code& ec);
   void wait_for_request();
   void read_header();
   void read_body();
@@ -72,6 +83,7 @@ private:
   void exchange_done();
   void after_exchange();
   void linger_close();
+  void drain();
   void queue(std::string bytes);
   void write_next();
   void arm_read_deadline(std::chrono::milliseconds d);
@@ -82,10 +94,14 @@ private:
   std::string head(unsigned status, std::string_view content_type,
                    std::optional<std::size_t> length, bool chunked) const;
 
-  boost::asio::ip::tcp::socket socket_;
+  void arm_write_deadline();
+  void wait_write_deadline(std::chrono::steady_clock::time_point at);
+
+  stream stream_;
   service& svc_;
   const connection_settings& settings_;
-  std::shared_ptr<std::atomic<std::uint32_t>> open_count_;
+  connection_limits::ticket place_;
+  const bool refuse_;
   std::string peer_;
   boost::asio::steady_timer read_deadline_;
   boost::asio::steady_timer write_deadline_;
@@ -102,8 +118,14 @@ private:
   std::vector<std::pair<std::string, std::string>> cors_;
   std::shared_ptr<generation> generation_;
   const identity* who_ = nullptr; ///< whom the request's API key names (settings_.keys)
-  std::deque<std::string> out_;
-  bool writing_ = false;
+  std::deque<std::string> out_;  ///< queued, not yet being written
+  std::string writing_;          ///< being written: its bytes from written_ on are unsent
+  std::size_t written_ = 0;
+  std::size_t unsent_ = 0;       ///< the bytes of out_ and of writing_ not yet sent
+  bool write_pending_ = false;   ///< an async write is in flight
+  bool write_deadline_armed_ = false;
+  std::chrono::steady_clock::time_point write_progress_; ///< the last write completion
+  bool ending_ = false;          ///< draining: close_notify / shutdown started
 };
 
 } // namespace kvlane::daemon::http

@@ -2,7 +2,9 @@
 
 #include "actors/engine.hpp"
 #include "daemon/http/connection.hpp"
+#include "daemon/http/connection_limits.hpp"
 #include "daemon/http/service.hpp"
+#include "daemon/http/tls_context.hpp"
 #include "common/logging.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -24,14 +26,14 @@ using tcp = net::ip::tcp;
 using error_code = boost::system::error_code;
 
 // Declared so that the loop (and the handlers it still holds) goes before
-// what connections use: svc, settings, cfg.
+// what connections use: svc, settings, cfg, tls.
 struct server::impl {
   http_section cfg;
   connection_settings settings;
   service svc;
-  std::shared_ptr<std::atomic<std::uint32_t>> open = std::make_shared<std::atomic<std::uint32_t>>(0);
+  std::unique_ptr<net::ssl::context> tls; ///< null: plaintext
+  std::shared_ptr<connection_limits> limits;
   std::vector<std::weak_ptr<connection>> connections;
-  std::uint64_t refused = 0;
   net::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   net::steady_timer retry{ioc};
@@ -54,19 +56,19 @@ struct server::impl {
         });
         return;
       }
-      {
-        if (open->load(std::memory_order_relaxed) >= cfg.max_connections) {
-          // Over the limit: close at once; the client sees a reset, not a hang.
-          if (refused++ % 1000 == 0)
-            logging::get("http")->warn("{} connections open (max_connections): refusing more",
-                                       cfg.max_connections);
-          socket.close(ec);
-        } else {
-          std::erase_if(connections, [](const auto& w) { return w.expired(); });
-          auto c = std::make_shared<connection>(std::move(socket), svc, settings, open);
-          connections.push_back(c);
-          c->start();
-        }
+      const auto peer = socket.remote_endpoint(ec);
+      auto admission = ec ? connection_limits::admission{} : limits->admit(peer.address());
+      if (admission.what == connection_limits::verdict::close) {
+        // Over max_connections (or the peer gone already): close at once; the client sees
+        // a reset, not a hang.
+        socket.close(ec);
+      } else {
+        std::erase_if(connections, [](const auto& w) { return w.expired(); });
+        auto c = std::make_shared<connection>(
+          std::move(socket), tls.get(), svc, settings, std::move(admission.place),
+          admission.what == connection_limits::verdict::refuse);
+        connections.push_back(c);
+        c->start();
       }
       accept();
     });
@@ -111,6 +113,19 @@ server::create(const http_section& cfg, std::vector<model_section> models, actor
   if (!where->loopback && !p->settings.keys.keyed())
     return unexpected(fmt::format("http.api_key: required when listening on {} (not loopback)",
                                   cfg.listen));
+  if (!cfg.tls_cert.empty()) {
+    auto tls = make_tls_context(cfg.tls_cert, cfg.tls_key);
+    if (!tls)
+      return unexpected(std::move(tls).error());
+    p->tls = std::move(*tls);
+  } else if (!where->loopback && !cfg.allow_plaintext) {
+    return unexpected(fmt::format("http.allow_plaintext: listening on {} (not loopback) without "
+                                  "tls_cert and tls_key would send the API key and prompts in "
+                                  "clear text; set them, or allow_plaintext = true",
+                                  cfg.listen));
+  }
+  p->limits = std::make_shared<connection_limits>(cfg.max_connections,
+                                                  cfg.max_connections_per_peer);
   p->svc.engine = &engine;
   p->svc.models = std::move(models);
   p->svc.ready = std::move(ready);
@@ -166,13 +181,14 @@ unsigned short server::port() const noexcept {
 std::string server::url() const {
   const auto where = parse_http_listen(impl_->cfg.listen);
   const auto host = where ? where->host : std::string{"127.0.0.1"};
+  const std::string_view scheme = impl_->tls ? "https" : "http";
   if (host.find(':') != std::string::npos)
-    return fmt::format("http://[{}]:{}", host, port());
-  return fmt::format("http://{}:{}", host, port());
+    return fmt::format("{}://[{}]:{}", scheme, host, port());
+  return fmt::format("{}://{}:{}", scheme, host, port());
 }
 
 std::uint32_t server::connections() const noexcept {
-  return impl_->open->load(std::memory_order_relaxed);
+  return impl_->limits->open();
 }
 
 } // namespace kvlane::daemon::http

@@ -35,7 +35,8 @@ public:
   /// Binds and starts serving. `ready` says whether the daemon admits
   /// requests (GET /health); `admit` is the apps' admission ([clients]
   /// limits), which HTTP requests pass too (none: no limits). Errors: a bad listen address, a port in use, an
-  /// unreadable or empty api_key_file (the message names the key).
+  /// unreadable or empty api_key_file, a bad tls_cert or tls_key, a plaintext
+  /// listener outside loopback without allow_plaintext (the message names the key).
   static expected<std::unique_ptr<server>, std::string>
   create(const http_section& cfg, std::vector<model_section> models, actors::engine& engine,
          std::function<bool()> ready, std::shared_ptr<admission> admit = {});
@@ -45,7 +46,7 @@ public:
 
   /// The bound port (the configured one, or the one picked for port 0).
   unsigned short port() const noexcept;
-  /// "http://127.0.0.1:8471"
+  /// "http://127.0.0.1:8471" ("https://..." with TLS)
   std::string url() const;
   /// Connections open now.
   std::uint32_t connections() const noexcept;
