@@ -339,17 +339,11 @@ TEST_CASE("http api: CORS headers only for listed origins") {
   CHECK(refused.status == 403);
 }
 
-TEST_CASE("http api: oversized headers get 431 and a stalled request is dropped") {
+TEST_CASE("http api: oversized headers get 431") {
   http_fixture d;
   auto big = d.request("GET", "/v1/models", {}, "X-Filler: " + std::string(20000, 'x') + "\r\n");
   CHECK(big.status == 431);
-
-  socket_fd slow{d.port};
-  slow.send("GET /health HTTP/1.1\r\nHost: localhost\r\n"); // never finishes its headers
-  std::string got;
-  while (slow.read_some(got, 20'000)) {
-  }
-  CHECK(got.empty()); // closed by header_timeout_ms without an answer
+  // A request whose headers stall: http_limits_test.cpp.
 }
 
 TEST_CASE("http api: a client that disconnects mid-prefill has its sequence cancelled") {
