@@ -9,12 +9,87 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <exception>
+#include <optional>
 #include <random>
 #include <utility>
 
 namespace kvlane::daemon::http {
 
+/// One prompt on the render pool. The pool thread fills `prompt` or `error`
+/// and consumes the request's prompt fields; the rest is read back on the
+/// HTTP thread. The admission ticket travels with it into the sequence's sink
+/// (or is released with the job when nothing is submitted).
+struct generation::render_job {
+  std::size_t bytes = 0; ///< the input's size, as the pool counts it
+  generation_request req;
+  std::shared_ptr<backends::backend> backend;
+  backends::chat_format format = backends::chat_format::chatml;
+  identity who;
+  admission_ticket ticket;
+  std::shared_ptr<std::atomic<bool>> gone;
+  std::vector<backends::token_id> prompt;
+  std::optional<api_error> error;
+};
+
 namespace {
+
+/// Where a token's text ends while the UTF-8 decoder still holds its bytes.
+constexpr auto unknown_end = ~std::uint64_t{0};
+
+std::string prompt_param_of(const generation_request& req) {
+  return req.what == generation_request::kind::chat ? "messages" : "prompt";
+}
+
+/// The memory a request's prompt holds before rendering.
+std::size_t input_bytes(const generation_request& req) {
+  std::size_t n = req.prompt_text.size() + req.system.size()
+                  + req.prompt_tokens.size() * sizeof(backends::token_id);
+  for (const auto& m : req.messages)
+    n += m.role.size() + m.content.size();
+  return n;
+}
+
+/// Render pool thread: the prompt's tokens (chat template or plain text).
+void render(generation::render_job& job) {
+  auto& req = job.req;
+  const bool chat = req.what == generation_request::kind::chat;
+  try {
+    const auto& tok = job.backend->tokens();
+    if (chat || !req.raw_prompt) {
+      auto messages = std::move(req.messages);
+      if (!chat) {
+        if (!req.system.empty())
+          messages.push_back({"system", std::move(req.system)});
+        messages.push_back({"user", std::move(req.prompt_text)});
+      }
+      auto rendered = backends::render_chat(job.format, tok, messages, true);
+      if (!rendered)
+        job.error = invalid(prompt_param_of(req), rendered.error().message);
+      else
+        job.prompt = std::move(*rendered);
+    } else if (!req.prompt_tokens.empty()) {
+      job.prompt = std::move(req.prompt_tokens);
+    } else {
+      if (const auto bos = tok.bos())
+        job.prompt.push_back(*bos);
+      auto body = tok.encode(req.prompt_text);
+      job.prompt.insert(job.prompt.end(), body.begin(), body.end());
+    }
+  } catch (const std::exception& e) { // std::bad_alloc, or a tokenizer's bug
+    api_error err;
+    err.status = 500;
+    err.type = "server_error";
+    err.code = "render_failed";
+    err.message = fmt::format("the prompt could not be tokenized: {}", e.what());
+    job.error = std::move(err);
+  }
+  // The text goes now: only the tokens wait for the HTTP thread.
+  req.messages = {};
+  req.prompt_text = {};
+  req.system = {};
+  req.prompt_tokens = {};
+}
 
 /// Moves the engine's callbacks (CAF worker threads) onto the HTTP thread.
 class posting_sink final : public actors::stream_sink {
@@ -117,15 +192,14 @@ generation::generation(service& svc, std::string model, std::shared_ptr<backends
     stops_(std::move(stops)) {}
 
 generation::~generation() {
-  if (!finished_ && seq_ != 0 && !cancel_sent_)
+  gone_->store(true, std::memory_order_relaxed);
+  if (!finished_ && seq_ != 0 && !end_sent_)
     svc_.engine->cancel(model_, seq_);
 }
 
 expected<std::shared_ptr<generation>, api_error>
 generation::start(service& svc, generation_request req, const identity& who,
                   std::unique_ptr<generation_writer> writer) {
-  const bool chat = req.what == generation_request::kind::chat;
-  const std::string prompt_param = chat ? "messages" : "prompt";
   const auto* m = svc.find_model(req.model);
   const auto* mc = svc.find_model_config(req.model);
   if (m == nullptr || mc == nullptr) {
@@ -145,45 +219,68 @@ generation::start(service& svc, generation_request req, const identity& who,
       return unexpected(too_many_requests(std::move(*busy), svc.admit->limits().retry_after));
     ticket = admission_ticket{svc.admit, who.principal};
   }
-  const auto& tok = m->backend->tokens();
-
-  std::vector<backends::token_id> prompt;
-  if (chat || !req.raw_prompt) {
-    auto messages = std::move(req.messages);
-    if (!chat) {
-      if (!req.system.empty())
-        messages.push_back({"system", std::move(req.system)});
-      messages.push_back({"user", std::move(req.prompt_text)});
-    }
-    auto rendered = backends::render_chat(mc->chat_format, tok, messages, true);
-    if (!rendered)
-      return unexpected(invalid(prompt_param, rendered.error().message));
-    prompt = std::move(*rendered);
-  } else if (!req.prompt_tokens.empty()) {
-    prompt = std::move(req.prompt_tokens);
-  } else {
-    if (const auto bos = tok.bos())
-      prompt.push_back(*bos);
-    auto body = tok.encode(req.prompt_text);
-    prompt.insert(prompt.end(), body.begin(), body.end());
+  std::shared_ptr<generation> self{
+    new generation(svc, m->name, m->backend, std::move(req.stop), std::move(writer))};
+  auto job = std::make_shared<render_job>();
+  job->bytes = input_bytes(req);
+  job->req = std::move(req);
+  job->backend = m->backend;
+  job->format = mc->chat_format;
+  job->who = who;
+  job->ticket = std::move(ticket);
+  job->gone = self->gone_;
+  const bool queued = svc.renders().try_submit(
+    job->bytes, [job, gate = svc.gate, weak = self->weak_from_this()] {
+      if (job->gone->load(std::memory_order_relaxed))
+        return; // the client left while it waited: nothing to do
+      render(*job);
+      gate->post([job, weak] {
+        if (auto g = weak.lock())
+          g->on_rendered(*job);
+      });
+    });
+  if (!queued) {
+    api_error e;
+    e.status = 503;
+    e.type = "server_error";
+    e.code = "overloaded";
+    e.message = "too many prompts are waiting to be tokenized; retry shortly";
+    e.retry_after = 1;
+    return unexpected(std::move(e));
   }
+  return self;
+}
 
+void generation::on_rendered(render_job& job) {
+  if (abandoned_ || finished_)
+    return; // the client left while its prompt rendered: nothing is submitted
+  if (job.error) {
+    fail(*job.error);
+    return;
+  }
+  auto& req = job.req;
+  const auto& who = job.who;
+  const std::string prompt_param = prompt_param_of(req);
+  auto prompt = std::move(job.prompt);
+  const auto* m = svc_.find_model(model_);
   const std::uint64_t context = m->info.max_context;
-  if (prompt.size() >= context)
-    return unexpected(invalid(prompt_param,
-                              fmt::format("the prompt is {} tokens; model '{}' has a context of {} "
-                                          "tokens (max_context), which must also hold at least one "
-                                          "generated token",
-                                          prompt.size(), m->name, context),
-                              "context_length_exceeded"));
+  if (prompt.size() >= context) {
+    fail(invalid(prompt_param,
+                 fmt::format("the prompt is {} tokens; model '{}' has a context of {} tokens "
+                             "(max_context), which must also hold at least one generated token",
+                             prompt.size(), m->name, context),
+                 "context_length_exceeded"));
+    return;
+  }
   const std::uint64_t room = context - prompt.size();
-  if (req.max_tokens && *req.max_tokens > room)
-    return unexpected(invalid("max_tokens",
-                              fmt::format("the prompt ({} tokens) plus max_tokens ({}) exceed the "
-                                          "context of model '{}' ({} tokens, max_context)",
-                                          prompt.size(), *req.max_tokens, m->name, context),
-                              "context_length_exceeded"));
-
+  if (req.max_tokens && *req.max_tokens > room) {
+    fail(invalid("max_tokens",
+                 fmt::format("the prompt ({} tokens) plus max_tokens ({}) exceed the context of "
+                             "model '{}' ({} tokens, max_context)",
+                             prompt.size(), *req.max_tokens, m->name, context),
+                 "context_length_exceeded"));
+    return;
+  }
   actors::submit_request sub;
   sub.model = m->name;
   // The identity (docs/http.md, "Identities") is the reuse scope, the round-robin unit and
@@ -202,30 +299,36 @@ generation::start(service& svc, generation_request req, const identity& who,
   sub.sampling.logprobs = req.logprobs;
   sub.sampling.top_logprobs = req.top_logprobs;
   sub.stop_at_eos = true;
-  const auto prompt_size = static_cast<std::uint32_t>(prompt.size());
+  prompt_tokens_ = static_cast<std::uint32_t>(prompt.size());
   sub.prompt_tokens = std::move(prompt);
 
-  std::shared_ptr<generation> self{
-    new generation(svc, m->name, m->backend, std::move(req.stop), std::move(writer))};
-  self->prompt_tokens_ = prompt_size;
-  auto seq = svc.engine->submit(std::move(sub),
-                                std::make_shared<posting_sink>(svc.gate, self->weak_from_this(),
-                                                               std::move(ticket)));
-  if (!seq)
-    return unexpected(from_submit_error(seq.error(), prompt_param));
-  self->seq_ = *seq;
-  return self;
+  auto seq = svc_.engine->submit(std::move(sub),
+                                 std::make_shared<posting_sink>(svc_.gate, weak_from_this(),
+                                                                std::move(job.ticket)));
+  if (!seq) {
+    fail(from_submit_error(seq.error(), prompt_param));
+    return;
+  }
+  seq_ = *seq;
+  writer_->on_start();
+}
+
+void generation::fail(const api_error& e) {
+  finished_ = true;
+  if (!abandoned_)
+    writer_->on_error(e);
 }
 
 void generation::abandon() {
   abandoned_ = true;
-  stop_sequence();
+  gone_->store(true, std::memory_order_relaxed);
+  cancel_sequence();
 }
 
-void generation::stop_sequence() {
-  if (cancel_sent_ || finished_ || seq_ == 0)
+void generation::cancel_sequence() {
+  if (end_sent_ || finished_ || seq_ == 0)
     return;
-  cancel_sent_ = true;
+  end_sent_ = true;
   svc_.engine->cancel(model_, seq_);
 }
 
@@ -250,19 +353,38 @@ void generation::on_tokens(const std::vector<backends::token_id>& tokens,
                            const std::vector<actors::token_logprobs>& logprobs) {
   if (finished_ || stop_matched_ || abandoned_)
     return;
-  if (!first_token_)
-    first_token_ = std::chrono::steady_clock::now();
   const auto& tok = backend_->tokens();
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const auto t = tokens[i];
     ++completion_tokens_;
     if (i < logprobs.size())
       writer_->on_scored_token(score(logprobs[i]));
-    auto r = stops_.feed(utf8_.feed(tok.decode(std::span{&t, 1})));
+    const auto bytes = tok.decode(std::span{&t, 1});
+    auto text = utf8_.feed(bytes);
+    fed_bytes_ += text.size();
+    // A token whose bytes the UTF-8 decoder holds (part of a character)
+    // ends with the next text that comes out.
+    if (!text.empty())
+      for (auto it = held_token_ends_.rbegin();
+           it != held_token_ends_.rend() && *it == unknown_end; ++it)
+        *it = fed_bytes_;
+    held_token_ends_.push_back(text.empty() && !bytes.empty() ? unknown_end : fed_bytes_);
+    auto r = stops_.feed(text);
+    emitted_bytes_ += r.text.size();
+    while (!held_token_ends_.empty() && held_token_ends_.front() <= emitted_bytes_) {
+      held_token_ends_.pop_front();
+      ++released_tokens_;
+    }
     emit(std::move(r.text));
     if (r.stopped) {
       stop_matched_ = true;
-      stop_sequence();
+      // Ends as a stop token would: finished, not cancelled, and the KV of
+      // the tokens whose text the client received is kept for the next turn
+      // (whose prompt holds that text).
+      if (!end_sent_ && seq_ != 0) {
+        end_sent_ = true;
+        svc_.engine->stop(model_, seq_, completion_tokens_, released_tokens_);
+      }
       return;
     }
   }

@@ -5,14 +5,21 @@
 // Problem it solves: the engine delivers token ids on CAF worker threads; an
 // HTTP response needs UTF-8 text, stop strings matched across token
 // boundaries, usage counts and timings, and a cancel when the client goes
-// away. A generation owns that path: its sink posts every batch of tokens to
-// the HTTP thread, where the text is decoded, passed through the stop matcher
-// and handed to a generation_writer (the API- and mode-specific framing).
+// away. A generation owns that path: its prompt is rendered and tokenized on
+// the render pool (never on the HTTP thread: a large prompt takes seconds)
+// and submitted back on the HTTP thread; then its sink posts every batch of
+// tokens to the HTTP thread, where the text is decoded, passed through the
+// stop matcher and handed to a generation_writer (the API- and mode-specific
+// framing). A matched stop string ends the sequence as a stop token would
+// (engine::stop): it counts as finished, and the KV of the text the client
+// received stays for the conversation's next turn.
 //
 // Ownership and threading: created and used on the HTTP thread only; the
-// connection holds it while the request runs and calls cancel() if the client
-// disconnects. The sink holds a weak reference, so a generation that is gone
-// simply drops late tokens. The writer is called on the HTTP thread.
+// connection holds it while the request runs and calls abandon() if the
+// client disconnects (while its prompt renders: nothing is submitted). The
+// render job and the sink hold weak references, so a generation that is gone
+// simply drops late results and tokens. The writer is called on the HTTP
+// thread.
 
 #include "actors/messages.hpp"
 #include "common/expected.hpp"
@@ -21,7 +28,9 @@
 #include "daemon/http/stop_matcher.hpp"
 #include "ipc/utf8.hpp"
 
+#include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +70,13 @@ struct scored_token {
 class generation_writer {
 public:
   virtual ~generation_writer() = default;
+  /// The prompt rendered and the engine took the request: the response
+  /// begins (a stream sends its head). Before any call but on_error.
+  virtual void on_start() {}
+  /// The request failed before the engine took it (a prompt that does not
+  /// render or is over the context, draining, ...): answer with `e`. Nothing
+  /// else is called.
+  virtual void on_error(const api_error& e) = 0;
   /// Only when the request asked for logprobs: once per generated token, in
   /// order, before the text that token produced (stop-string and UTF-8
   /// hold-back may delay that text to a later on_text, or the finish). Every
@@ -88,7 +104,8 @@ public:
   generation(const generation&) = delete;
   generation& operator=(const generation&) = delete;
 
-  /// The client went away: cancel the sequence; the writer sees nothing more.
+  /// The client went away: cancel the sequence (or submit nothing if its
+  /// prompt is still rendering); the writer sees nothing more.
   void abandon();
   bool finished() const noexcept { return finished_; }
   actors::seq_id id() const noexcept { return seq_; }
@@ -101,28 +118,42 @@ public:
                  const std::vector<actors::token_logprobs>& logprobs);
   void on_end(const actors::stream_end& end);
 
+  struct render_job; ///< one prompt on the render pool (generation.cpp)
+
 private:
   generation(service& svc, std::string model, std::shared_ptr<backends::backend> backend,
              std::vector<std::string> stops, std::unique_ptr<generation_writer> writer);
+  /// HTTP thread: the render job's result; submits the prompt, or fails.
+  void on_rendered(render_job& job);
+  void fail(const api_error& e);
   void emit(std::string text);
   scored_token score(const actors::token_logprobs& lp) const;
-  void stop_sequence();
+  void cancel_sequence();
 
   service& svc_;
   const std::string model_;
   std::shared_ptr<backends::backend> backend_;
   std::unique_ptr<generation_writer> writer_;
+  /// Shared with the render job: set when the client goes away, so a job
+  /// still queued is skipped.
+  std::shared_ptr<std::atomic<bool>> gone_ = std::make_shared<std::atomic<bool>>(false);
   ipc::proto::utf8_stream utf8_;
   stop_matcher stops_;
   actors::seq_id seq_ = 0;
   std::uint32_t prompt_tokens_ = 0;
   std::uint32_t completion_tokens_ = 0;
+  // What the client received, for the KV kept at a stop string: bytes of text
+  // fed to the stop matcher and released to the client, the leading tokens
+  // whose text was released in full, and where (in fed bytes) the text of
+  // each later token ends (few: those the matcher or the UTF-8 decoder hold).
+  std::uint64_t fed_bytes_ = 0;
+  std::uint64_t emitted_bytes_ = 0;
+  std::uint32_t released_tokens_ = 0;
+  std::deque<std::uint64_t> held_token_ends_;
   bool stop_matched_ = false;
-  bool cancel_sent_ = false;
+  bool end_sent_ = false; ///< a cancel or a stop went to the engine
   bool abandoned_ = false;
   bool finished_ = false;
-  std::chrono::steady_clock::time_point submitted_ = std::chrono::steady_clock::now();
-  std::optional<std::chrono::steady_clock::time_point> first_token_;
 };
 
 } // namespace kvlane::daemon::http

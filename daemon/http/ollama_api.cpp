@@ -26,9 +26,14 @@ public:
   writer(std::weak_ptr<responder> out, bool chat, bool stream, std::string model)
     : out_(std::move(out)), chat_(chat), stream_(stream), model_(std::move(model)) {}
 
-  void begin() {
-    if (auto out = out_.lock())
+  void on_start() override {
+    if (auto out = out_.lock(); out && stream_)
       out->stream_begin("application/x-ndjson");
+  }
+
+  void on_error(const api_error& e) override {
+    if (auto out = out_.lock())
+      out->respond(error_response(e, dialect::ollama));
   }
 
   void on_text(std::string_view text) override {
@@ -122,14 +127,11 @@ std::shared_ptr<generation> run(service& svc, expected<generation_request, api_e
   }
   const bool stream = req->stream;
   auto w = std::make_unique<writer>(out, chat, stream, req->model);
-  auto* raw = w.get();
   auto g = generation::start(svc, std::move(*req), who, std::move(w));
   if (!g) {
     out->respond(error_response(g.error(), dialect::ollama));
     return nullptr;
   }
-  if (stream)
-    raw->begin();
   return std::move(*g);
 }
 

@@ -89,14 +89,19 @@ public:
       model_(std::move(model)),
       created_(unix_now()) {}
 
-  /// The first streamed chunk (chat: the assistant role).
-  void begin() {
+  /// A stream's head and first chunk (chat: the assistant role).
+  void on_start() override {
     auto out = out_.lock();
-    if (!out)
+    if (!out || !stream_)
       return;
     out->stream_begin("text/event-stream");
     if (chat_)
       out->stream_write(sse_event(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)));
+  }
+
+  void on_error(const api_error& e) override {
+    if (auto out = out_.lock())
+      out->respond(error_response(e, dialect::openai));
   }
 
   void on_scored_token(const scored_token& t) override { scored_.push_back(t); }
@@ -227,14 +232,11 @@ std::shared_ptr<generation> run(service& svc, expected<generation_request, api_e
   auto id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", svc.next_request++);
   auto w = std::make_unique<writer>(out, chat, stream, req->include_usage, req->logprobs,
                                     std::move(id), req->model);
-  auto* raw = w.get();
   auto g = generation::start(svc, std::move(*req), who, std::move(w));
   if (!g) {
     out->respond(error_response(g.error(), dialect::openai));
     return nullptr;
   }
-  if (stream)
-    raw->begin();
   return std::move(*g);
 }
 

@@ -27,4 +27,10 @@ const model_section* service::find_model_config(std::string_view name) const {
   return nullptr;
 }
 
+render_pool& service::renders() {
+  if (!render_workers)
+    render_workers = std::make_unique<render_pool>(default_render_limits());
+  return *render_workers;
+}
+
 } // namespace kvlane::daemon::http

@@ -4,10 +4,12 @@
 //
 // Built once by the server; handlers run on the HTTP thread and read it. The
 // engine's methods are thread-safe; `ready` reports whether the daemon admits
-// requests (false while starting or draining).
+// requests (false while starting or draining). `models` and the engine's model
+// list do not change after start-up, so render jobs may read them too.
 
 #include "daemon/config.hpp"
 #include "daemon/http/post_gate.hpp"
+#include "daemon/http/render_pool.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -42,6 +44,12 @@ struct service {
   const actors::model_entry* find_model(std::string_view name) const;
   /// Its configuration (same lookup).
   const model_section* find_model_config(std::string_view name) const;
+
+  /// The threads that render and tokenize prompts (started on first use;
+  /// HTTP thread). Declared last: its workers are joined before anything
+  /// above goes.
+  render_pool& renders();
+  std::unique_ptr<render_pool> render_workers;
 };
 
 } // namespace kvlane::daemon::http
