@@ -16,6 +16,16 @@
 
 namespace kvlane::daemon::http {
 
+/// One request body on the render pool: decoded there, read back on the HTTP
+/// thread.
+struct generation::decode_job {
+  std::string body;
+  decoder decode = nullptr;
+  identity who;
+  std::shared_ptr<std::atomic<bool>> gone;
+  std::optional<expected<generation_request, api_error>> request;
+};
+
 /// One prompt on the render pool. The pool thread fills `prompt` or `error`
 /// and consumes the request's prompt fields; the rest is read back on the
 /// HTTP thread. The admission ticket travels with it into the sequence's sink
@@ -48,6 +58,32 @@ std::size_t input_bytes(const generation_request& req) {
   for (const auto& m : req.messages)
     n += m.role.size() + m.content.size();
   return n;
+}
+
+/// 503: the render pool's queue is full.
+api_error overloaded() {
+  api_error e;
+  e.status = 503;
+  e.type = "server_error";
+  e.code = "overloaded";
+  e.message = "too many requests are waiting to be decoded and tokenized; retry shortly";
+  e.retry_after = 1;
+  return e;
+}
+
+/// Render pool thread: the request in the body.
+void decode(generation::decode_job& job) {
+  try {
+    job.request = job.decode(job.body);
+  } catch (const std::exception& e) { // std::bad_alloc; the decoder throws nothing else
+    api_error err;
+    err.status = 500;
+    err.type = "server_error";
+    err.code = "decode_failed";
+    err.message = fmt::format("the request could not be decoded: {}", e.what());
+    job.request = unexpected(std::move(err));
+  }
+  job.body = {};
 }
 
 /// Render pool thread: the prompt's tokens (chat template or plain text).
@@ -183,13 +219,7 @@ std::string loaded_models(const actors::engine& eng) {
 
 } // namespace
 
-generation::generation(service& svc, std::string model, std::shared_ptr<backends::backend> backend,
-                       std::vector<std::string> stops, std::unique_ptr<generation_writer> writer)
-  : svc_(svc),
-    model_(std::move(model)),
-    backend_(std::move(backend)),
-    writer_(std::move(writer)),
-    stops_(std::move(stops)) {}
+generation::generation(service& svc) : svc_(svc) {}
 
 generation::~generation() {
   gone_->store(true, std::memory_order_relaxed);
@@ -198,29 +228,69 @@ generation::~generation() {
 }
 
 expected<std::shared_ptr<generation>, api_error>
-generation::start(service& svc, generation_request req, const identity& who,
-                  std::unique_ptr<generation_writer> writer) {
-  const auto* m = svc.find_model(req.model);
-  const auto* mc = svc.find_model_config(req.model);
+generation::start(service& svc, std::string body, decoder decode, const identity& who,
+                  preparer prepare) {
+  std::shared_ptr<generation> self{new generation(svc)};
+  self->prepare_ = std::move(prepare);
+  auto job = std::make_shared<decode_job>();
+  const auto bytes = body.size();
+  job->body = std::move(body);
+  job->decode = decode;
+  job->who = who;
+  job->gone = self->gone_;
+  const bool queued = svc.renders().try_submit(
+    bytes, [job, gate = svc.gate, weak = self->weak_from_this()] {
+      if (job->gone->load(std::memory_order_relaxed))
+        return; // the client left while it waited: nothing to do
+      http::decode(*job);
+      gate->post([job, weak] {
+        if (auto g = weak.lock())
+          g->on_decoded(*job);
+      });
+    });
+  if (!queued)
+    return unexpected(overloaded());
+  return self;
+}
+
+void generation::on_decoded(decode_job& job) {
+  auto prepare = std::move(prepare_);
+  if (abandoned_ || finished_)
+    return;
+  writer_ = prepare(*job.request);
+  if (!writer_) {
+    finished_ = true; // the API answered it
+    return;
+  }
+  begin(std::move(*job.request).value(), job.who);
+}
+
+void generation::begin(generation_request req, const identity& who) {
+  const auto* m = svc_.find_model(req.model);
+  const auto* mc = svc_.find_model_config(req.model);
   if (m == nullptr || mc == nullptr) {
     auto e = invalid("model",
                      fmt::format("the model '{}' does not exist (loaded: {})", req.model,
-                                 loaded_models(*svc.engine)),
+                                 loaded_models(*svc_.engine)),
                      "model_not_found");
     e.status = 404;
-    return unexpected(std::move(e));
+    fail(e);
+    return;
   }
   // Admitted before any work on the prompt; the ticket goes with the sequence.
   admission_ticket ticket;
-  if (svc.admit) {
-    if (auto busy = svc.admit->admit_request(who.principal, who.max_requests,
-                                             fmt::format("HTTP identity '{}'", who.name),
-                                             who.limit_key))
-      return unexpected(too_many_requests(std::move(*busy), svc.admit->limits().retry_after));
-    ticket = admission_ticket{svc.admit, who.principal};
+  if (svc_.admit) {
+    if (auto busy = svc_.admit->admit_request(who.principal, who.max_requests,
+                                              fmt::format("HTTP identity '{}'", who.name),
+                                              who.limit_key)) {
+      fail(too_many_requests(std::move(*busy), svc_.admit->limits().retry_after));
+      return;
+    }
+    ticket = admission_ticket{svc_.admit, who.principal};
   }
-  std::shared_ptr<generation> self{
-    new generation(svc, m->name, m->backend, std::move(req.stop), std::move(writer))};
+  model_ = m->name;
+  backend_ = m->backend;
+  stops_ = stop_matcher{std::move(req.stop)};
   auto job = std::make_shared<render_job>();
   job->bytes = input_bytes(req);
   job->req = std::move(req);
@@ -228,9 +298,9 @@ generation::start(service& svc, generation_request req, const identity& who,
   job->format = mc->chat_format;
   job->who = who;
   job->ticket = std::move(ticket);
-  job->gone = self->gone_;
-  const bool queued = svc.renders().try_submit(
-    job->bytes, [job, gate = svc.gate, weak = self->weak_from_this()] {
+  job->gone = gone_;
+  const bool queued = svc_.renders().try_submit(
+    job->bytes, [job, gate = svc_.gate, weak = weak_from_this()] {
       if (job->gone->load(std::memory_order_relaxed))
         return; // the client left while it waited: nothing to do
       render(*job);
@@ -239,16 +309,8 @@ generation::start(service& svc, generation_request req, const identity& who,
           g->on_rendered(*job);
       });
     });
-  if (!queued) {
-    api_error e;
-    e.status = 503;
-    e.type = "server_error";
-    e.code = "overloaded";
-    e.message = "too many prompts are waiting to be tokenized; retry shortly";
-    e.retry_after = 1;
-    return unexpected(std::move(e));
-  }
-  return self;
+  if (!queued)
+    fail(overloaded());
 }
 
 void generation::on_rendered(render_job& job) {

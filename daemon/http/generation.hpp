@@ -3,23 +3,22 @@
 // kvlane::daemon::http::generation — one engine sequence driven for an HTTP request.
 //
 // Problem it solves: the engine delivers token ids on CAF worker threads; an
-// HTTP response needs UTF-8 text, stop strings matched across token
-// boundaries, usage counts and timings, and a cancel when the client goes
-// away. A generation owns that path: its prompt is rendered and tokenized on
-// the render pool (never on the HTTP thread: a large prompt takes seconds)
-// and submitted back on the HTTP thread; then its sink posts every batch of
-// tokens to the HTTP thread, where the text is decoded, passed through the
-// stop matcher and handed to a generation_writer (the API- and mode-specific
-// framing). A matched stop string ends the sequence as a stop token would
-// (engine::stop): it counts as finished, and the KV of the text the client
-// received stays for the conversation's next turn.
+// HTTP response needs UTF-8 text, stop strings matched across token boundaries,
+// usage counts and timings, and a cancel when the client goes away. A
+// generation owns that path: its body is decoded and its prompt rendered and
+// tokenized on the render pool (never on the HTTP thread: a large prompt takes
+// seconds), and it is submitted back on the HTTP thread; then its sink posts
+// every batch of tokens to the HTTP thread, where the text is decoded, passed
+// through the stop matcher and handed to a generation_writer (the API- and
+// mode-specific framing). A matched stop string ends the sequence as a stop
+// token would (engine::stop): it counts as finished, and the KV of the text the
+// client received stays for the conversation's next turn.
 //
 // Ownership and threading: created and used on the HTTP thread only; the
-// connection holds it while the request runs and calls abandon() if the
-// client disconnects (while its prompt renders: nothing is submitted). The
-// render job and the sink hold weak references, so a generation that is gone
-// simply drops late results and tokens. The writer is called on the HTTP
-// thread.
+// connection holds it while the request runs and calls abandon() if the client
+// disconnects (before its prompt is rendered: nothing is submitted). The pool's
+// jobs and the sink hold weak references, so a generation that is gone simply
+// drops late results and tokens. The writer is called on the HTTP thread.
 
 #include "actors/messages.hpp"
 #include "common/expected.hpp"
@@ -31,6 +30,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,15 +90,27 @@ public:
 
 class generation : public std::enable_shared_from_this<generation> {
 public:
-  /// Resolves the model, admits the request as `who` (its own limit and
-  /// [clients] max_live_sequences), renders the prompt (chat template or plain
-  /// text), submits to the engine as `who` and returns the running generation.
-  /// Errors: unknown model (404), over an admission limit (429, Retry-After),
-  /// a prompt or max_tokens over the context (400 naming the limit), draining
-  /// (503), anything the engine rejects (400).
+  /// One endpoint's body decoder (request_decoder).
+  using decoder = expected<generation_request, api_error> (*)(std::string_view body);
+  /// The API's part, on the HTTP thread once the body is decoded: the writer
+  /// of the answer, or nullptr when it answered the request itself (a body
+  /// that does not decode, an Ollama load request): nothing else happens then.
+  using preparer =
+    std::function<std::unique_ptr<generation_writer>(expected<generation_request, api_error>&)>;
+
+  /// Starts a request and returns at once. Nothing heavy runs on the HTTP
+  /// thread: the body is decoded on the render pool and handed to `prepare`;
+  /// then the model is resolved, the request admitted as `who` (its own limit
+  /// and [clients] max_live_sequences), its prompt rendered (chat template or
+  /// plain text) and tokenized on the render pool, and submitted as `who`.
+  /// Error now: the render queue is full (503 `overloaded`; the caller
+  /// answers). Later errors reach the writer's on_error(): unknown model
+  /// (404), over an admission limit (429, Retry-After), the render queue full,
+  /// a prompt that does not render (400), a prompt or max_tokens over the
+  /// context (400 naming the limit), draining (503), anything the engine
+  /// rejects (400).
   static expected<std::shared_ptr<generation>, api_error>
-  start(service& svc, generation_request req, const identity& who,
-        std::unique_ptr<generation_writer> writer);
+  start(service& svc, std::string body, decoder decode, const identity& who, preparer prepare);
 
   ~generation();
   generation(const generation&) = delete;
@@ -118,11 +130,15 @@ public:
                  const std::vector<actors::token_logprobs>& logprobs);
   void on_end(const actors::stream_end& end);
 
+  struct decode_job; ///< one body on the render pool (generation.cpp)
   struct render_job; ///< one prompt on the render pool (generation.cpp)
 
 private:
-  generation(service& svc, std::string model, std::shared_ptr<backends::backend> backend,
-             std::vector<std::string> stops, std::unique_ptr<generation_writer> writer);
+  explicit generation(service& svc);
+  /// HTTP thread: the decoded body; the API's writer, then begin().
+  void on_decoded(decode_job& job);
+  /// HTTP thread: resolves the model, admits, queues the render.
+  void begin(generation_request req, const identity& who);
   /// HTTP thread: the render job's result; submits the prompt, or fails.
   void on_rendered(render_job& job);
   void fail(const api_error& e);
@@ -131,14 +147,15 @@ private:
   void cancel_sequence();
 
   service& svc_;
-  const std::string model_;
+  preparer prepare_; ///< until the body is decoded
+  std::string model_;
   std::shared_ptr<backends::backend> backend_;
   std::unique_ptr<generation_writer> writer_;
   /// Shared with the render job: set when the client goes away, so a job
   /// still queued is skipped.
   std::shared_ptr<std::atomic<bool>> gone_ = std::make_shared<std::atomic<bool>>(false);
   ipc::proto::utf8_stream utf8_;
-  stop_matcher stops_;
+  stop_matcher stops_{{}};
   actors::seq_id seq_ = 0;
   std::uint32_t prompt_tokens_ = 0;
   std::uint32_t completion_tokens_ = 0;

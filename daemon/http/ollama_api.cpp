@@ -99,8 +99,11 @@ private:
   std::string text_;
 };
 
-std::shared_ptr<generation> run(service& svc, expected<generation_request, api_error> req,
-                                const identity& who, const std::shared_ptr<responder>& out) {
+/// The writer of the answer to a decoded request, or nullptr once it is answered (an error,
+/// a load request).
+std::unique_ptr<generation_writer> writer_for(service& svc,
+                                              expected<generation_request, api_error>& req,
+                                              const std::shared_ptr<responder>& out) {
   if (!req) {
     out->respond(error_response(req.error(), dialect::ollama));
     return nullptr;
@@ -125,9 +128,18 @@ std::shared_ptr<generation> run(service& svc, expected<generation_request, api_e
     out->respond(json_response(to_json_text(j)));
     return nullptr;
   }
-  const bool stream = req->stream;
-  auto w = std::make_unique<writer>(out, chat, stream, req->model);
-  auto g = generation::start(svc, std::move(*req), who, std::move(w));
+  return std::make_unique<writer>(out, chat, req->stream, req->model);
+}
+
+std::shared_ptr<generation> run(service& svc, std::string_view body, generation::decoder decode,
+                                const identity& who, const std::shared_ptr<responder>& out) {
+  auto g = generation::start(
+    svc, std::string{body}, decode, who,
+    [&svc, weak = std::weak_ptr<responder>{out}](
+      expected<generation_request, api_error>& req) -> std::unique_ptr<generation_writer> {
+      auto out = weak.lock();
+      return out ? writer_for(svc, req, out) : nullptr;
+    });
   if (!g) {
     out->respond(error_response(g.error(), dialect::ollama));
     return nullptr;
@@ -164,12 +176,12 @@ json model_entry_json(const service& svc, const actors::model_entry& m, bool run
 
 std::shared_ptr<generation> generate(service& svc, std::string_view body, const identity& who,
                                      const std::shared_ptr<responder>& out) {
-  return run(svc, decode_ollama_generate(body), who, out);
+  return run(svc, body, &decode_ollama_generate, who, out);
 }
 
 std::shared_ptr<generation> chat(service& svc, std::string_view body, const identity& who,
                                  const std::shared_ptr<responder>& out) {
-  return run(svc, decode_ollama_chat(body), who, out);
+  return run(svc, body, &decode_ollama_chat, who, out);
 }
 
 void version(responder& out) {

@@ -221,18 +221,29 @@ private:
   std::size_t text_offset_ = 0;      ///< completions: code points before scored_.front()
 };
 
-std::shared_ptr<generation> run(service& svc, expected<generation_request, api_error> req,
-                                const identity& who, const std::shared_ptr<responder>& out) {
+/// The writer of the answer to a decoded request, or nullptr once the error is answered.
+std::unique_ptr<generation_writer> writer_for(service& svc,
+                                              expected<generation_request, api_error>& req,
+                                              const std::shared_ptr<responder>& out) {
   if (!req) {
     out->respond(error_response(req.error(), dialect::openai));
     return nullptr;
   }
   const bool chat = req->what == generation_request::kind::chat;
-  const bool stream = req->stream;
   auto id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", svc.next_request++);
-  auto w = std::make_unique<writer>(out, chat, stream, req->include_usage, req->logprobs,
-                                    std::move(id), req->model);
-  auto g = generation::start(svc, std::move(*req), who, std::move(w));
+  return std::make_unique<writer>(out, chat, req->stream, req->include_usage, req->logprobs,
+                                  std::move(id), req->model);
+}
+
+std::shared_ptr<generation> run(service& svc, std::string_view body, generation::decoder decode,
+                                const identity& who, const std::shared_ptr<responder>& out) {
+  auto g = generation::start(
+    svc, std::string{body}, decode, who,
+    [&svc, weak = std::weak_ptr<responder>{out}](
+      expected<generation_request, api_error>& req) -> std::unique_ptr<generation_writer> {
+      auto out = weak.lock();
+      return out ? writer_for(svc, req, out) : nullptr;
+    });
   if (!g) {
     out->respond(error_response(g.error(), dialect::openai));
     return nullptr;
@@ -253,12 +264,12 @@ json model_object(const service& svc, const actors::model_entry& m) {
 std::shared_ptr<generation> chat_completions(service& svc, std::string_view body,
                                              const identity& who,
                                              const std::shared_ptr<responder>& out) {
-  return run(svc, decode_chat_completion(body), who, out);
+  return run(svc, body, &decode_chat_completion, who, out);
 }
 
 std::shared_ptr<generation> completions(service& svc, std::string_view body, const identity& who,
                                         const std::shared_ptr<responder>& out) {
-  return run(svc, decode_completion(body), who, out);
+  return run(svc, body, &decode_completion, who, out);
 }
 
 void list_models(service& svc, responder& out) {

@@ -1,12 +1,13 @@
 #pragma once
 
-// kvlane::daemon::http::render_pool — the threads that render and tokenize prompts.
+// kvlane::daemon::http::render_pool — the threads that decode request bodies
+// and render and tokenize prompts.
 //
-// Problem it solves: rendering a chat template and tokenizing a prompt costs
-// time in proportion to its size (seconds for megabytes through a BPE
-// tokenizer). On the single HTTP thread one large prompt would stall every
-// connection. Generations hand that work to this pool and get the result
-// posted back to the HTTP thread.
+// Problem it solves: decoding a body, rendering a chat template and
+// tokenizing a prompt cost time in proportion to their size (seconds for
+// megabytes through a BPE tokenizer). On the single HTTP thread one large
+// prompt would stall every connection. Generations hand that work to this
+// pool and get the result posted back to the HTTP thread.
 //
 // Two rules keep it fair and bounded:
 //  - Small jobs never wait behind large ones: worker 0 takes only jobs below

@@ -17,7 +17,10 @@ json chat_on_slow(std::vector<std::pair<std::string, std::string>> turns, int ma
   json messages = json::array();
   for (auto& [role, content] : turns)
     messages.push_back({{"role", role}, {"content", content}});
-  return {{"model", "slow"}, {"messages", messages}, {"max_tokens", max_tokens}, {"temperature", 0}};
+  return {{"model", "slow"},
+          {"messages", messages},
+          {"max_tokens", max_tokens},
+          {"temperature", 0}};
 }
 
 /// The first printable ASCII character at index 4 or later that does not occur earlier:

@@ -44,9 +44,9 @@ std::string chat_request(const std::string& content, int max_tokens) {
                          {"max_tokens", max_tokens},
                          {"temperature", 0}}
                       .dump();
-  return fmt::format("POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
-                     "Authorization: Bearer {}\r\nContent-Type: application/json\r\n"
-                     "Content-Length: {}\r\n\r\n{}",
+  return fmt::format("POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+                     "Connection: close\r\nAuthorization: Bearer {}\r\n"
+                     "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
                      api_key, body.size(), body);
 }
 
