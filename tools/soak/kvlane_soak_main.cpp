@@ -7,6 +7,11 @@
 // reloaded with SIGHUP (alternating scheduler quanta) every few seconds.
 //
 // At the end it checks that
+//  - requests completed, and nothing happened that the soak did not cause:
+//    no refused connect or submit, no stream that failed, no end other than
+//    completion, the app's own cancel or a fault the soak injected, no app
+//    that crashed (deliberate kills, disconnects, cancels and injected faults
+//    are counted apart, as expected outcomes),
 //  - every stream that ended delivered exactly the tokens its end counts
 //    (fewer: lost tokens; more: duplicated tokens),
 //  - every stream that completed (length or stop) equals a solo run of the
@@ -15,12 +20,17 @@
 //    committed store byte beyond the warm pool (free bytes kept committed on
 //    purpose, within its target), has the open fds it had at the baseline, and an
 //    RSS within rss_slack of it (not under AddressSanitizer: see below),
-// prints one summary line and exits 1 if any check failed (0 otherwise).
+//  - the daemon's RSS, sampled through the run, no longer grows over its
+//    second half (tools/soak/rss_trend: a plateau passes, a leak does not),
+// prints a summary line and the RSS trend's line, and exits 1 if any check failed
+// (0 otherwise).
 //
 //   kvlane-soak [--seconds N] [--apps N] [--seed N] [--daemon PATH] [--dir DIR]
 //   kvlane-soak --app --socket PATH --seed N --seconds N   (one app; run by the soak)
 #include "actors/engine.hpp"
 #include "daemon/config.hpp"
+#include "app_report.hpp"
+#include "rss_trend.hpp"
 
 #include <kvlane/client.hpp>
 
@@ -43,6 +53,7 @@
 #include <optional>
 #include <poll.h>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <sys/socket.h>
@@ -55,6 +66,8 @@
 using namespace std::chrono_literals;
 namespace client = kvlane::client;
 using json = nlohmann::json;
+namespace soak = kvlane::tools::soak;
+using soak::outcome;
 using steady = std::chrono::steady_clock;
 
 namespace {
@@ -103,11 +116,8 @@ std::uint64_t fnv1a(const std::vector<std::uint32_t>& tokens) {
 
 // -- one app process --------------------------------------------------------------
 //
-// Prints one line per request to stdout (a pipe to the soak):
-//   S <key>                                           submitted
-//   E <key> <reason> <received> <generated> <hash>    ended
-//   F <key> <errc>                                    failed (an error instead of an end)
-//   A <key>                                           abandoned by a disconnect
+// Reports each event as one line on stdout, a pipe to the soak
+// (tools/soak/app_report.hpp).
 
 struct live_stream {
   std::uint64_t key = 0;
@@ -133,7 +143,10 @@ int run_app(const std::string& socket, std::uint64_t seed, double seconds) {
     o.client_name = fmt::format("soak-{}", seed);
     auto conn = client::connect(o);
     if (!conn) {
-      // busy (admission), or the daemon reloading under load: back off and retry.
+      // Nothing in the soak should be refused (six apps are well within every
+      // admission limit, and a reload keeps the listener): the soak counts it
+      // as a failure. Back off and retry so the run goes on.
+      say(soak::refused_connect_line(client::to_string(conn.error().code), conn.error().message));
       std::this_thread::sleep_for(50ms);
       continue;
     }
@@ -148,10 +161,11 @@ int run_app(const std::string& socket, std::uint64_t seed, double seconds) {
           ls.cancel_after = 1 + static_cast<std::uint32_t>(rng() % 16);
         auto s = (*conn)->submit(recipe(ls.key));
         if (!s) {
-          say(fmt::format("F {} {}", ls.key, client::to_string(s.error().code)));
+          say(soak::refused_submit_line(ls.key, client::to_string(s.error().code),
+                                        s.error().message));
           continue;
         }
-        say(fmt::format("S {}", ls.key));
+        say(soak::submitted_line(ls.key));
         ls.s = std::move(*s);
         streams.push_back(std::move(ls));
       }
@@ -168,15 +182,16 @@ int run_app(const std::string& socket, std::uint64_t seed, double seconds) {
               ++it;
               continue;
             }
-            say(fmt::format("F {} {}", it->key, client::to_string(c.error().code)));
+            say(soak::failed_line(it->key, client::to_string(c.error().code), c.error().message));
             it = streams.erase(it);
             continue;
           }
           it->tokens.insert(it->tokens.end(), c->tokens.begin(), c->tokens.end());
           total += c->tokens.size();
           if (c->end) {
-            say(fmt::format("E {} {} {} {} {}", it->key, client::to_string(c->end->reason),
-                            it->tokens.size(), c->end->generated_tokens, fnv1a(it->tokens)));
+            say(soak::ended_line(it->key, client::to_string(c->end->reason), it->tokens.size(),
+                                 c->end->generated_tokens, fnv1a(it->tokens), it->cancel_sent,
+                                 c->end->message));
             it = streams.erase(it);
             continue;
           }
@@ -189,7 +204,7 @@ int run_app(const std::string& socket, std::uint64_t seed, double seconds) {
       }
       if (!streams.empty()) {
         for (auto& ls : streams)
-          say(fmt::format("A {}", ls.key));
+          say(soak::abandoned_line(ls.key));
         streams.clear();
         break; // the connection goes away with streams in flight
       }
@@ -357,11 +372,6 @@ json wait_idle(const std::string& admin_socket, std::chrono::seconds timeout) {
   return last;
 }
 
-struct outcome {
-  std::string reason;
-  std::uint64_t received = 0, generated = 0, hash = 0;
-};
-
 /// Runs every completed request alone, in process, without faults, and
 /// returns how many ended differently from the soak's stream.
 std::uint64_t count_mismatches(const std::string& dir, const std::map<std::uint64_t, outcome>& done,
@@ -440,10 +450,10 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
     return 2;
   }
 
-  std::map<std::uint64_t, outcome> ended;
-  std::map<std::string, std::uint64_t> failed; // by errc
-  std::uint64_t submitted = 0, abandoned = 0, killed = 0, reloads = 0, app_runs = 0;
+  soak::tally t;
+  std::uint64_t killed = 0, reloads = 0, app_runs = 0;
   std::vector<child> running;
+  std::set<pid_t> killed_pids;
   std::mt19937_64 rng{seed};
   std::uint64_t next_app_seed = seed * 1000 + 1;
 
@@ -452,25 +462,6 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
                              std::to_string(next_app_seed++), "--seconds",
                              fmt::format("{:.2f}", lifetime)}));
     ++app_runs;
-  };
-  auto take_line = [&](const std::string& line) {
-    std::istringstream in{line};
-    std::string kind;
-    std::uint64_t key = 0;
-    in >> kind >> key;
-    if (kind == "S") {
-      ++submitted;
-    } else if (kind == "E") {
-      outcome o;
-      in >> o.reason >> o.received >> o.generated >> o.hash;
-      ended[key] = o;
-    } else if (kind == "F") {
-      std::string code;
-      in >> code;
-      ++failed[code];
-    } else if (kind == "A") {
-      ++abandoned;
-    }
   };
   auto pump = [&](int timeout_ms) {
     std::vector<pollfd> p;
@@ -490,7 +481,7 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
       running[i].pending.append(buf, static_cast<std::size_t>(n));
       for (auto nl = running[i].pending.find('\n'); nl != std::string::npos;
            nl = running[i].pending.find('\n')) {
-        take_line(running[i].pending.substr(0, nl));
+        t.take(std::string_view{running[i].pending}.substr(0, nl));
         running[i].pending.erase(0, nl + 1);
       }
     }
@@ -504,8 +495,18 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
       ::close(it->out);
       int st = 0;
       ::waitpid(it->pid, &st, 0);
+      const bool by_us = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && killed_pids.count(it->pid);
+      if (!by_us && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+        t.app_crashed(fmt::format("app {} {} {}", it->pid, WIFEXITED(st) ? "exited" : "died of signal",
+                           WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st)));
+      }
+      killed_pids.erase(it->pid);
       it = running.erase(it);
     }
+  };
+  auto kill_app = [&](const child& c) {
+    ::kill(c.pid, SIGKILL);
+    killed_pids.insert(c.pid);
   };
 
   // Warm-up: one app for two seconds, then the baseline of an idle daemon.
@@ -518,7 +519,12 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
   const auto base_rss = daemon_rss(daemon.pid);
   const auto base_fds = daemon_fds(daemon.pid);
 
+  // The daemon's RSS through the drive, judged at the end (tools/soak/rss_trend):
+  // at least every 0.5 s, at most ~1200 samples however long the run.
+  std::vector<kvlane::tools::soak::rss_sample> rss_samples;
+  const auto sample_every = std::chrono::duration<double>(std::max(0.5, seconds / 1200));
   const auto t0 = steady::now();
+  auto next_sample = t0;
   const auto deadline = t0 + std::chrono::duration<double>(seconds);
   auto next_kill = t0 + 3s;
   auto next_reload = t0 + 5s;
@@ -531,9 +537,12 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
     pump(100);
     reap();
     const auto now = steady::now();
+    if (now >= next_sample) {
+      rss_samples.push_back({std::chrono::duration<double>(now - t0).count(), daemon_rss(daemon.pid)});
+      next_sample += std::chrono::duration_cast<steady::duration>(sample_every);
+    }
     if (now >= next_kill && !running.empty()) {
-      auto& victim = running[rng() % running.size()];
-      ::kill(victim.pid, SIGKILL);
+      kill_app(running[rng() % running.size()]);
       ++killed;
       next_kill = now + 3s;
     }
@@ -549,8 +558,9 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
     pump(100);
     reap();
   }
+  const auto stuck_apps = running.size(); // still running a minute past their lifetime
   for (auto& c : running)
-    ::kill(c.pid, SIGKILL);
+    kill_app(c);
   while (!running.empty()) {
     pump(100);
     reap();
@@ -575,66 +585,67 @@ int run_soak(double seconds, std::uint32_t apps, std::uint64_t seed, const std::
   for (auto& m : idle.value("models", json::array()))
     live_left += m.value("slots_busy", 0u) + m.value("without_slot_interactive", 0u)
                  + m.value("without_slot_batch", 0u);
-  const std::uint64_t committed = idle.contains("store") ? idle["store"].value("committed_bytes", 0ull) : ~0ull;
-  const std::uint64_t snapshots = idle.contains("store") ? idle["store"].value("snapshots", 0ull) : ~0ull;
-  const std::uint64_t peak = idle.contains("store") ? idle["store"].value("peak_used_bytes", 0ull) : 0;
-  const std::uint64_t limit = idle.contains("store") ? idle["store"].value("limit_bytes", 0ull) : 0;
-  const std::uint64_t evictions = idle.contains("store") ? idle["store"].value("evictions", 0ull) : 0;
+  const json store = idle.contains("store") ? idle["store"] : json::object();
+  const std::uint64_t committed = store.value("committed_bytes", ~0ull);
+  const std::uint64_t snapshots = store.value("snapshots", ~0ull);
+  const std::uint64_t peak = store.value("peak_used_bytes", 0ull);
+  const std::uint64_t limit = store.value("limit_bytes", 0ull);
+  const std::uint64_t evictions = store.value("evictions", 0ull);
+  const std::uint64_t pool = store.value("warm_pool_bytes", 0ull);
   ::kill(daemon.pid, SIGTERM);
   int st = 0;
   ::waitpid(daemon.pid, &st, 0);
   const int daemon_exit = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 
-  std::uint64_t lost = 0, duplicated = 0, completed = 0;
-  std::map<std::string, std::uint64_t> by_reason;
-  for (auto& [key, o] : ended) {
+  std::uint64_t lost = 0, duplicated = 0;
+  const std::uint64_t completed = t.completed();
+  soak::counts by_reason;
+  for (auto& [key, o] : t.ended) {
     ++by_reason[o.reason];
-    if (o.reason == "length" || o.reason == "stop")
-      ++completed;
     if (o.received < o.generated)
       lost += o.generated - o.received;
     else
       duplicated += o.received - o.generated;
   }
   std::uint64_t checked = 0;
-  const auto mismatched = count_mismatches(dir, ended, checked);
+  const auto mismatched = count_mismatches(dir, t.ended, checked);
+  const auto trend = kvlane::tools::soak::judge_rss_trend(rss_samples);
 
-  const bool rss_ok = !rss_checked || end_rss <= base_rss + rss_slack_bytes;
+  const bool rss_ok = !rss_checked || (trend.ok() && end_rss <= base_rss + rss_slack_bytes);
   const bool fds_ok = end_fds == base_fds;
-  const std::uint64_t pool = idle.contains("store") ? idle["store"].value("warm_pool_bytes", 0ull) : 0;
-  const bool store_ok = idle.contains("store") && only_warm_pool_committed(idle["store"])
+  const bool store_ok = idle.contains("store") && only_warm_pool_committed(store)
                         && snapshots == 0 && live_left == 0;
-  const bool pass = alive && daemon_exit == 0 && lost == 0 && duplicated == 0 && mismatched == 0
+  const bool pass = alive && daemon_exit == 0 && t.clean()
+                    && stuck_apps == 0 && lost == 0 && duplicated == 0 && mismatched == 0
                     && checked == completed && rss_ok && fds_ok && store_ok;
-  std::string ends, fails;
-  std::uint64_t failed_total = 0;
-  for (auto& [c, n] : failed)
-    failed_total += n;
-  for (auto& [r, n] : by_reason)
-    ends += fmt::format("{}{} {}", ends.empty() ? "" : ", ", r, n);
-  for (auto& [c, n] : failed)
-    fails += fmt::format("{}{} {}", fails.empty() ? "" : ", ", c, n);
-  std::printf("soak %.0f s: %lu app runs (%lu killed), %lu reloads; requests %lu, ended %lu (%s), "
-              "failed %lu (%s), abandoned %lu, in flight in killed apps %lu; store peak %.1f of %.1f MiB, "
-              "%lu evictions; completed %lu checked against solo runs: "
-              "%lu mismatched; tokens lost %lu, duplicated %lu; daemon fds %zu -> %zu, rss %.1f -> "
-              "%.1f MiB%s, store committed %lu B (warm pool %lu B), snapshots %lu, live %lu; daemon %s, exit %d: %s\n",
-              seconds, static_cast<unsigned long>(app_runs), static_cast<unsigned long>(killed),
-              static_cast<unsigned long>(reloads), static_cast<unsigned long>(submitted),
-              static_cast<unsigned long>(ended.size()), ends.empty() ? "-" : ends.c_str(),
-              static_cast<unsigned long>(failed_total), fails.empty() ? "-" : fails.c_str(),
-              static_cast<unsigned long>(abandoned),
-              static_cast<unsigned long>(submitted - std::min(submitted, ended.size() + abandoned)),
-              static_cast<double>(peak) / (1 << 20), static_cast<double>(limit) / (1 << 20),
-              static_cast<unsigned long>(evictions), static_cast<unsigned long>(completed),
-              static_cast<unsigned long>(mismatched), static_cast<unsigned long>(lost),
-              static_cast<unsigned long>(duplicated), base_fds, end_fds,
-              static_cast<double>(base_rss) / (1 << 20), static_cast<double>(end_rss) / (1 << 20),
-              rss_checked ? "" : " (not checked under ASan; LeakSanitizer checks the exit)",
-              static_cast<unsigned long>(committed), static_cast<unsigned long>(pool),
-              static_cast<unsigned long>(snapshots),
-              static_cast<unsigned long>(live_left), alive ? "alive" : "DEAD", daemon_exit,
-              pass ? "PASS" : "FAIL");
+  const auto in_flight_killed =
+    t.submitted
+    - std::min(t.submitted, t.ended.size() + t.abandoned + soak::total(t.failed_streams));
+  std::string line = fmt::format(
+    "soak {:.0f} s: {} app runs ({} killed), {} reloads; requests {}, ended {} ({}); expected: "
+    "cancelled by the app {}, ended by an injected fault {}, abandoned by a disconnect {}, in "
+    "flight in killed apps {}; unexpected: refused connects {} ({}), refused submits {} ({}), "
+    "failed streams {} ({}), errored streams {} ({}), apps crashed {}, apps stuck {}; ",
+    seconds, app_runs, killed, reloads, t.submitted, t.ended.size(), soak::by_kind(by_reason),
+    t.cancelled_by_app, t.ended_by_injected, t.abandoned, in_flight_killed,
+    soak::total(t.refused_connects), soak::by_kind(t.refused_connects), soak::total(t.refused_submits),
+    soak::by_kind(t.refused_submits), soak::total(t.failed_streams), soak::by_kind(t.failed_streams),
+    soak::total(t.errored_streams), soak::by_kind(t.errored_streams), t.apps_crashed, stuck_apps);
+  line += fmt::format(
+    "store peak {:.1f} of {:.1f} MiB, {} evictions; completed {} checked against solo runs: {} "
+    "mismatched; tokens lost {}, duplicated {}; daemon fds {} -> {}, rss {:.1f} -> {:.1f} MiB{}, "
+    "store committed {} B (warm pool {} B), snapshots {}, live {}; daemon {}, exit {}: {}",
+    static_cast<double>(peak) / (1 << 20), static_cast<double>(limit) / (1 << 20), evictions,
+    completed, mismatched, lost, duplicated, base_fds, end_fds,
+    static_cast<double>(base_rss) / (1 << 20), static_cast<double>(end_rss) / (1 << 20),
+    rss_checked ? "" : " (not checked under ASan; LeakSanitizer checks the exit)", committed,
+    pool, snapshots, live_left, alive ? "alive" : "DEAD", daemon_exit, pass ? "PASS" : "FAIL");
+  std::printf("%s\n%s%s\n", line.c_str(), to_string(trend).c_str(),
+              rss_checked ? "" : " (not checked under ASan)");
+  for (auto& e : t.examples)
+    std::printf("kvlane-soak: unexpected: %s\n", e.c_str());
+  if (completed == 0)
+    std::printf("kvlane-soak: no request completed\n");
   if (!keep && pass) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
