@@ -283,9 +283,12 @@ void connection::handle() {
   view.body = req.body();
   view.who = who_;
   auto g = route(svc_, view, shared_from_this());
-  if (exchange_active_ && g) {
+  if (exchange_active_) {
+    // The answer comes later (a generation, or a render-pool job): the
+    // pending read keeps the connection alive, and a disconnect now cancels
+    // the sequence.
     generation_ = std::move(g);
-    watch_peer(); // a disconnect now cancels the sequence
+    watch_peer();
   }
 }
 

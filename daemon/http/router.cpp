@@ -112,9 +112,9 @@ std::shared_ptr<generation> route(service& svc, const request_view& req,
     if (!post)
       wrong_method(p, "POST", *out);
     else if (p == "/tokenize")
-      tokenize(svc, req.body, *out);
+      tokenize(svc, req.body, out);
     else if (p == "/detokenize")
-      detokenize(svc, req.body, *out);
+      detokenize(svc, req.body, out);
     else
       ollama::show(svc, req.body, *out);
     return nullptr;

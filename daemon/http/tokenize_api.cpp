@@ -8,10 +8,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <exception>
+#include <memory>
+
 namespace kvlane::daemon::http {
 
 namespace {
 
+/// The named model, or the first; nullptr after answering 404.
 const actors::model_entry* pick_model(service& svc, const std::string& name, responder& out) {
   const auto* m = name.empty() ? (svc.engine->models().empty() ? nullptr : &svc.engine->models().front())
                                : svc.find_model(name);
@@ -23,9 +27,7 @@ const actors::model_entry* pick_model(service& svc, const std::string& name, res
   return m;
 }
 
-} // namespace
-
-void tokenize(service& svc, std::string_view body, responder& out) {
+void tokenize_now(service& svc, std::string_view body, responder& out) {
   auto req = decode_tokenize(body);
   if (!req) {
     out.respond(error_response(req.error(), dialect::openai));
@@ -43,7 +45,7 @@ void tokenize(service& svc, std::string_view body, responder& out) {
   out.respond(json_response(to_json_text({{"tokens", tokens}})));
 }
 
-void detokenize(service& svc, std::string_view body, responder& out) {
+void detokenize_now(service& svc, std::string_view body, responder& out) {
   auto req = decode_detokenize(body);
   if (!req) {
     out.respond(error_response(req.error(), dialect::openai));
@@ -62,6 +64,64 @@ void detokenize(service& svc, std::string_view body, responder& out) {
       return;
     }
   out.respond(json_response(to_json_text({{"content", m->backend->tokens().decode(req->tokens)}})));
+}
+
+/// Keeps what a handler answers on a render thread, for the HTTP thread.
+class held_response final : public responder {
+public:
+  void respond(response r) override { r_ = std::move(r); }
+  // Not used by these handlers: they answer with one response.
+  void stream_begin(std::string) override {}
+  void stream_write(std::string) override {}
+  void stream_end() override {}
+  response take() { return std::move(r_); }
+
+private:
+  response r_;
+};
+
+/// Runs `handler` on the render pool and answers through `out` on the HTTP thread.
+void off_thread(service& svc, std::string_view body, const std::shared_ptr<responder>& out,
+                void (*handler)(service&, std::string_view, responder&)) {
+  auto held = std::make_shared<held_response>();
+  const bool queued = svc.renders().try_submit(
+    body.size(), [&svc, handler, held, text = std::string{body}, gate = svc.gate,
+                  weak = std::weak_ptr<responder>{out}] {
+      if (weak.expired())
+        return; // the connection is gone
+      try {
+        handler(svc, text, *held);
+      } catch (const std::exception& e) { // std::bad_alloc
+        api_error err;
+        err.status = 500;
+        err.type = "server_error";
+        err.message = e.what();
+        held->respond(error_response(err, dialect::openai));
+      }
+      gate->post([held, weak] {
+        if (auto o = weak.lock())
+          o->respond(held->take());
+      });
+    });
+  if (!queued) {
+    api_error e;
+    e.status = 503;
+    e.type = "server_error";
+    e.code = "overloaded";
+    e.message = "too many requests are waiting to be decoded and tokenized; retry shortly";
+    e.retry_after = 1;
+    out->respond(error_response(e, dialect::openai));
+  }
+}
+
+} // namespace
+
+void tokenize(service& svc, std::string_view body, const std::shared_ptr<responder>& out) {
+  off_thread(svc, body, out, &tokenize_now);
+}
+
+void detokenize(service& svc, std::string_view body, const std::shared_ptr<responder>& out) {
+  off_thread(svc, body, out, &detokenize_now);
 }
 
 } // namespace kvlane::daemon::http
