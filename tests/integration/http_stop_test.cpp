@@ -5,6 +5,8 @@
 // token limit, ends it.
 #include "tests/integration/http_fixture.hpp"
 
+#include <algorithm>
+
 using namespace kvlane::test::http;
 
 namespace {
@@ -83,6 +85,15 @@ TEST_CASE("http stop: an OpenAI chat turn ended by a stop string counts as finis
   CHECK(status_after["finished"].get<int>() == status_before["finished"].get<int>() + 1);
   CHECK(status_after["cancelled"] == status_before["cancelled"]);
 
+  // What the turn left: its prompt and the tokens of the answer the client received (the
+  // sim's byte tokenizer makes one token of each byte of this ASCII answer), not those of
+  // the stop string or after it.
+  REQUIRE(std::all_of(answer.begin(), answer.end(), [](char c) { return c > 0x1f && c < 0x7f; }));
+  const auto ls = json::parse(d.cli({"cache", "ls", "--model", "slow", "--json"}));
+  REQUIRE(ls["entries"].size() == 1);
+  CHECK(ls["entries"][0]["tokens"].get<std::uint64_t>()
+        == r1["usage"]["prompt_tokens"].get<std::uint64_t>() + answer.size());
+
   // The next turn's prompt holds the first prompt and the answer the client received.
   auto r2 = d.post_json("/v1/chat/completions",
                         chat_on_slow({{"user", first_question},
@@ -92,8 +103,9 @@ TEST_CASE("http stop: an OpenAI chat turn ended by a stop string counts as finis
   const auto prompt1 = r1["usage"]["prompt_tokens"].get<std::uint64_t>();
   const auto cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"].get<std::uint64_t>();
   CAPTURE(prompt1);
+  CAPTURE(answer);
   CHECK(cached > 0);
-  CHECK(cached >= prompt1); // the whole first prompt, and the answer as far as it matches
+  CHECK(cached == prompt1 + answer.size()); // all that the turn left
 }
 
 TEST_CASE("http stop: an Ollama chat turn ended by a stop string reports done_reason stop and "
