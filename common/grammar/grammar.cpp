@@ -1,0 +1,190 @@
+#include "common/grammar/grammar.hpp"
+
+#include "common/random.hpp"
+
+#include <algorithm>
+#include <map>
+
+namespace kvlane::grammar {
+
+namespace {
+
+std::string hex_byte(unsigned b) {
+  static constexpr char digits[] = "0123456789ABCDEF";
+  return std::string{"\\x"} + digits[b >> 4] + digits[b & 15];
+}
+
+std::string class_text(const byte_class& c) {
+  std::string out = "[";
+  for (unsigned b = 0; b < 256;) {
+    if (!c.has(static_cast<std::uint8_t>(b))) { ++b; continue; }
+    unsigned e = b;
+    while (e + 1 < 256 && c.has(static_cast<std::uint8_t>(e + 1))) ++e;
+    out += hex_byte(b);
+    if (e > b) out += "-" + hex_byte(e);
+    b = e + 1;
+  }
+  return out + "]";
+}
+
+} // namespace
+
+std::string grammar::to_gbnf() const {
+  std::string out;
+  for (std::uint32_t r = 0; r < rule_count(); ++r) {
+    out += rules_[r].name + " ::=";
+    bool first = true;
+    for (std::uint32_t start : alternatives(r)) {
+      out += first ? " " : " | ";
+      first = false;
+      bool empty = true;
+      for (std::uint32_t p = start; elements_[p].k != element::kind::end; ++p) {
+        if (!empty) out += ' ';
+        empty = false;
+        const element& e = elements_[p];
+        out += e.k == element::kind::ref ? rules_[e.arg].name : class_text(classes_[e.arg]);
+      }
+      if (empty) out += "\"\"";
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+expected<std::uint32_t, error> grammar_builder::declare(std::string_view name) {
+  for (std::uint32_t i = 0; i < rules_.size(); ++i)
+    if (rules_[i].name == name) return i;
+  if (rules_.size() >= lim_.max_rules)
+    return unexpected(error{"", "more than " + std::to_string(lim_.max_rules) + " rules"});
+  rules_.push_back({std::string{name}, {}});
+  defined_.push_back(false);
+  first_ref_.emplace_back();
+  return static_cast<std::uint32_t>(rules_.size() - 1);
+}
+
+expected<std::uint32_t, error> grammar_builder::fresh(std::string_view base) {
+  if (rules_.size() >= lim_.max_rules)
+    return unexpected(error{"", "more than " + std::to_string(lim_.max_rules) + " rules"});
+  // Generated names contain '#', which GBNF names cannot, so they never collide with user rules.
+  rules_.push_back({std::string{base} + "#" + std::to_string(rules_.size()), {}});
+  defined_.push_back(false);
+  first_ref_.emplace_back();
+  return static_cast<std::uint32_t>(rules_.size() - 1);
+}
+
+expected<void, error> grammar_builder::add_alternative(std::uint32_t rule, std::span<const element> seq) {
+  element_count_ += seq.size() + 1;
+  if (element_count_ > lim_.max_elements)
+    return unexpected(error{"", "the grammar expands to more than " +
+                                    std::to_string(lim_.max_elements) + " elements"});
+  rules_[rule].alts.emplace_back(seq.begin(), seq.end());
+  defined_[rule] = true;
+  return {};
+}
+
+std::uint32_t grammar_builder::add_class(const byte_class& c) {
+  for (std::uint32_t i = 0; i < classes_.size(); ++i)
+    if (classes_[i] == c) return i;
+  classes_.push_back(c);
+  return static_cast<std::uint32_t>(classes_.size() - 1);
+}
+
+void grammar_builder::note_reference(std::uint32_t rule, std::string where) {
+  if (first_ref_[rule].empty()) first_ref_[rule] = std::move(where);
+}
+
+expected<std::shared_ptr<const grammar>, error> grammar_builder::finish(std::string_view root_name) {
+  const auto n = static_cast<std::uint32_t>(rules_.size());
+  std::uint32_t root = n;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (!defined_[i])
+      return unexpected(error{first_ref_[i], "undefined rule '" + rules_[i].name + "'"});
+    if (rules_[i].name == root_name) root = i;
+  }
+  if (root == n) return unexpected(error{"", "no rule named '" + std::string{root_name} + "'"});
+
+  // Nullable rules, to a fixpoint.
+  std::vector<bool> nullable(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::uint32_t r = 0; r < n; ++r) {
+      if (nullable[r]) continue;
+      for (const auto& alt : rules_[r].alts) {
+        bool all = std::all_of(alt.begin(), alt.end(), [&](const element& e) {
+          return e.k == element::kind::ref && nullable[e.arg];
+        });
+        if (all) { nullable[r] = true; changed = true; break; }
+      }
+    }
+  }
+  // Left edges: r -> s when s can be the first thing r expands to. A cycle would make the
+  // matcher's expansion loop forever, so it is rejected with the cycle spelled out.
+  std::vector<std::vector<std::uint32_t>> left(n);
+  for (std::uint32_t r = 0; r < n; ++r)
+    for (const auto& alt : rules_[r].alts)
+      for (const element& e : alt) {
+        if (e.k != element::kind::ref) break;
+        left[r].push_back(e.arg);
+        if (!nullable[e.arg]) break;
+      }
+  std::vector<std::uint8_t> color(n, 0); // 0 new, 1 on the path, 2 done
+  std::vector<std::uint32_t> path;
+  std::vector<std::pair<std::uint32_t, std::size_t>> todo;
+  for (std::uint32_t s = 0; s < n; ++s) {
+    if (color[s]) continue;
+    todo.push_back({s, 0});
+    color[s] = 1;
+    path.push_back(s);
+    while (!todo.empty()) {
+      auto& [r, i] = todo.back();
+      if (i == left[r].size()) {
+        color[r] = 2;
+        path.pop_back();
+        todo.pop_back();
+        continue;
+      }
+      std::uint32_t next = left[r][i++];
+      if (color[next] == 1) {
+        std::string cycle;
+        auto it = std::find(path.begin(), path.end(), next);
+        for (; it != path.end(); ++it) cycle += rules_[*it].name + " -> ";
+        cycle += rules_[next].name;
+        return unexpected(error{"", "left recursion is not supported: " + cycle +
+                                        " (rewrite it with repetition, e.g. x ::= y (\",\" y)*)"});
+      }
+      if (color[next] == 0) {
+        color[next] = 1;
+        path.push_back(next);
+        todo.push_back({next, 0});
+      }
+    }
+  }
+
+  auto g = std::make_shared<grammar>();
+  g->classes_ = classes_;
+  g->root_ = root;
+  std::uint64_t h = 0x6b766c616e65ull;
+  auto mix = [&h](std::uint64_t v) { h = mix64(h ^ v) + 0x9E3779B97F4A7C15ull; };
+  for (const byte_class& c : classes_)
+    for (std::uint64_t w : c.bits) mix(w);
+  for (std::uint32_t r = 0; r < n; ++r) {
+    grammar::rule out{rules_[r].name, static_cast<std::uint32_t>(g->alt_starts_.size()),
+                      static_cast<std::uint32_t>(rules_[r].alts.size())};
+    for (const auto& alt : rules_[r].alts) {
+      g->alt_starts_.push_back(static_cast<std::uint32_t>(g->elements_.size()));
+      for (const element& e : alt) {
+        g->elements_.push_back(e);
+        mix((static_cast<std::uint64_t>(e.k) << 32) | e.arg);
+      }
+      g->elements_.push_back({element::kind::end, r});
+      mix(0xffffffffull);
+    }
+    g->rules_.push_back(std::move(out));
+    mix(0xfffffffeull);
+  }
+  mix(root);
+  g->fingerprint_ = h;
+  return std::shared_ptr<const grammar>(std::move(g));
+}
+
+} // namespace kvlane::grammar

@@ -1,0 +1,160 @@
+#include "common/grammar/json_schema.hpp"
+#include "common/grammar/matcher.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+using namespace kvlane::grammar;
+
+namespace {
+
+std::shared_ptr<const grammar> schema(std::string_view text) {
+  auto g = compile_json_schema(text);
+  REQUIRE_MESSAGE(g.has_value(), (g ? std::string{} : g.error().message()));
+  return *g;
+}
+
+bool accepts(const std::shared_ptr<const grammar>& g, std::string_view text) {
+  matcher m{g};
+  return m.feed(text) && m.can_end();
+}
+
+std::string error_of(std::string_view text) {
+  auto g = compile_json_schema(text);
+  REQUIRE_FALSE(g.has_value());
+  return g.error().message();
+}
+
+void check_all(const std::shared_ptr<const grammar>& g, const std::vector<std::string>& good,
+               const std::vector<std::string>& bad) {
+  for (const auto& s : good) CHECK_MESSAGE(accepts(g, s), "should accept " << s);
+  for (const auto& s : bad) CHECK_MESSAGE(!accepts(g, s), "should reject " << s);
+}
+
+} // namespace
+
+TEST_CASE("grammar json_schema: type, including an array of types, and compact output without whitespace") {
+  check_all(schema(R"({"type":"string"})"), {R"("")", R"("a\"b\\c\u00e9\n")", "\"h\xC3\xA9\""},
+            {R"( "a")", R"("a)", "\"a\nb\"", R"("\x")", "12"});
+  check_all(schema(R"({"type":"integer"})"), {"0", "-7", "1234567890123456789"},
+            {"01", "-0x", "1.5", "12345678901234567890", " 1"});
+  check_all(schema(R"({"type":"number"})"), {"0", "-1.25", "3e10", "6.02E+23"}, {"1.", ".5", "+1", "1e"});
+  check_all(schema(R"({"type":["boolean","null"]})"), {"true", "false", "null"}, {"0", "\"true\""});
+}
+
+TEST_CASE("grammar json_schema: properties, required and additionalProperties false give objects in schema order") {
+  auto sut = schema(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},
+    "c":{"type":"boolean"}},"required":["b"],"additionalProperties":false})");
+  check_all(sut, {R"({"b":"x"})", R"({"a":1,"b":"x"})", R"({"b":"x","c":true})", R"({"a":1,"b":"","c":false})"},
+            {R"({})", R"({"a":1})", R"({"b":"x","a":1})", R"({"b":"x",})", R"({,"b":"x"})",
+             R"({"b":"x","d":1})", R"({"b": "x"})"});
+}
+
+TEST_CASE("grammar json_schema: additionalProperties true or a schema allows further keys after the listed ones") {
+  auto sut = schema(R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"string"}})");
+  check_all(sut, {R"({})", R"({"a":1})", R"({"a":1,"x":"y","z":""})", R"({"x":"y"})"},
+            {R"({"x":1})", R"({"a":1,"x":2})"});
+  check_all(schema(R"({"type":"object","additionalProperties":true})"), {R"({"k":[1,{"z":null}]})"}, {"[]"});
+  // No properties and no additionalProperties: any object (bounded depth).
+  check_all(schema(R"({"type":"object"})"), {R"({})", R"({"a":{"b":[1,"x",true]}})"}, {R"({"a":})"});
+}
+
+TEST_CASE("grammar json_schema: enum and const are exact JSON values") {
+  check_all(schema(R"({"enum":["red","green",3,null,{"k":[1]}]})"),
+            {R"("red")", R"("green")", "3", "null", R"({"k":[1]})"}, {R"("blue")", "4", R"("Red")"});
+  check_all(schema(R"({"const":"café"})"), {"\"caf\xC3\xA9\""}, {R"("cafe")"});
+}
+
+TEST_CASE("grammar json_schema: items, minItems and maxItems bound arrays") {
+  auto sut = schema(R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})");
+  check_all(sut, {"[1,2]", "[1,2,3]"}, {"[]", "[1]", "[1,2,3,4]", "[1,\"a\"]", "[1,2,]"});
+  check_all(schema(R"({"type":"array","items":{"type":"boolean"}})"), {"[]", "[true,false,true]"}, {"[1]"});
+  check_all(schema(R"({"type":"array","maxItems":0})"), {"[]"}, {"[1]"});
+}
+
+TEST_CASE("grammar json_schema: anyOf and oneOf are alternatives") {
+  check_all(schema(R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":1}]})"), {"5", R"("a")"},
+            {R"("ab")", "true"});
+  check_all(schema(R"({"oneOf":[{"const":1},{"const":2}]})"), {"1", "2"}, {"3"});
+}
+
+TEST_CASE("grammar json_schema: local $ref to $defs and definitions, recursion included") {
+  auto sut = schema(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
+    "next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"],"additionalProperties":false}},
+    "$ref":"#/$defs/node"})");
+  check_all(sut, {R"({"v":1,"next":null})", R"({"v":1,"next":{"v":2,"next":{"v":3,"next":null}}})"},
+            {R"({"v":1})", R"({"v":1,"next":{"v":2}})"});
+  check_all(schema(R"({"definitions":{"d":{"type":"string","format":"date"}},"type":"array","items":{"$ref":"#/definitions/d"}})"),
+            {R"(["2024-02-29"])"}, {R"(["2024-13-01"])"});
+  CHECK(error_of(R"({"$ref":"#/$defs/missing"})") == "/$ref: reference '#/$defs/missing' does not resolve in this schema");
+  CHECK(error_of(R"({"$ref":"https://example.com/s.json"})").find("only local references") != std::string::npos);
+}
+
+TEST_CASE("grammar json_schema: minLength and maxLength count characters, an escape as one") {
+  auto sut = schema(R"({"type":"string","minLength":2,"maxLength":3})");
+  check_all(sut, {R"("ab")", R"("abc")", R"("a\n")", "\"\xC3\xA9\xC3\xA9\""}, {R"("a")", R"("abcd")", R"("")"});
+}
+
+TEST_CASE("grammar json_schema: pattern in the documented regex subset") {
+  auto sut = schema(R"({"type":"string","pattern":"^[A-Z]{2}-\\d{3}(x|yz)?\\.[^0-9]$"})");
+  check_all(sut, {R"("AB-123.q")", R"("ZZ-000x.a")", R"("QQ-999yz._")"},
+            {R"("A-123.q")", R"("AB-12.q")", R"("AB-123.1")", R"("AB-123xy.q")", R"("AB-123.\"")"});
+  check_all(schema(R"({"pattern":"^a\"b$"})"), {R"("a\"b")"}, {R"("ab")"});
+  CHECK(error_of(R"({"type":"string","pattern":"abc"})") ==
+        "/pattern: pattern must be anchored with ^ at the start and $ at the end (unanchored patterns are not supported)");
+  CHECK(error_of(R"({"type":"string","pattern":"^(a)\\1$"})") ==
+        "/pattern: backreferences are not supported at offset 6 of the pattern");
+  CHECK(error_of(R"({"type":"string","pattern":"^(?=a)b$"})") ==
+        "/pattern: lookaround and named groups are not supported at offset 2 of the pattern");
+}
+
+TEST_CASE("grammar json_schema: integer minimum, maximum and exclusive bounds are enforced exactly") {
+  auto sut = schema(R"({"type":"integer","minimum":-15,"maximum":137})");
+  std::vector<std::string> good, bad;
+  for (int v = -40; v <= 200; ++v) (v >= -15 && v <= 137 ? good : bad).push_back(std::to_string(v));
+  bad.push_back("-0");
+  bad.push_back("007");
+  check_all(sut, good, bad);
+  check_all(schema(R"({"type":"integer","exclusiveMinimum":99})"), {"100", "101", "1000", "99999999"}, {"99", "0", "-5"});
+  check_all(schema(R"({"type":"integer","exclusiveMaximum":-3})"), {"-4", "-100"}, {"-3", "0", "5"});
+  check_all(schema(R"({"type":"integer","minimum":2.5,"maximum":4.5})"), {"3", "4"}, {"2", "5"});
+  check_all(schema(R"({"type":"number","minimum":0})"), {"0", "2.5"}, {"-1"});
+  CHECK(error_of(R"({"type":"integer","minimum":5,"maximum":4})") == "/: the integer bounds admit no value");
+  CHECK(error_of(R"({"type":"number","maximum":4})").find("/maximum: 'maximum' on type number is not supported") == 0);
+}
+
+TEST_CASE("grammar json_schema: format date-time, date, time and uuid") {
+  check_all(schema(R"({"type":"string","format":"date-time"})"),
+            {R"("2026-12-02T11:15:41Z")", R"("2026-12-02T11:15:41.123+09:00")"},
+            {R"("2026-12-02 11:15:41Z")", R"("2026-12-02T24:00:00Z")", R"("2026-12-02T11:15:41")"});
+  check_all(schema(R"({"type":"string","format":"uuid"})"), {R"("123e4567-e89b-12d3-a456-426614174000")"},
+            {R"("123e4567e89b12d3a456426614174000")", R"("123e4567-e89b-12d3-a456-42661417400g")"});
+  CHECK(error_of(R"({"type":"string","format":"email"})") ==
+        "/format: unsupported format 'email' (supported: date-time, date, time, uuid)");
+}
+
+TEST_CASE("grammar json_schema: an unsupported keyword is an error naming it and its JSON pointer") {
+  CHECK(error_of(R"({"type":"object","properties":{"a":{"type":"string","patternProperties":{}}}})") ==
+        "/properties/a/patternProperties: unsupported JSON Schema keyword 'patternProperties'");
+  CHECK(error_of(R"({"allOf":[{"type":"string"}]})") == "/allOf: unsupported JSON Schema keyword 'allOf'");
+  CHECK(error_of(R"({"type":"array","items":{"uniqueItems":true}})") == "/items/uniqueItems: unsupported JSON Schema keyword 'uniqueItems'");
+  CHECK(error_of(R"({"type":"array","items":[{"type":"string"}]})") == "/items: 'items' as an array (tuple validation) is not supported");
+  CHECK(error_of(R"({"type":"strin"})") == "/type: unknown type 'strin'");
+  CHECK(error_of(R"({"type":"object","properties":{"a~/b":{"not":{}}}})") == "/properties/a~0~1b/not: unsupported JSON Schema keyword 'not'");
+  CHECK(error_of(R"({"type":"object","properties":{},"required":["x"]})") == "/required/0: required property 'x' is not listed in 'properties'");
+  CHECK(error_of("{\"type\":") .find("the schema is not valid JSON") == 0);
+  CHECK(error_of("false") == "/: schema 'false' admits no value");
+  // Annotations are allowed and ignored.
+  CHECK(accepts(schema(R"({"$schema":"https://json-schema.org/draft/2020-12/schema","title":"t","description":"d",
+    "examples":[1],"default":1,"type":"integer"})"), "1"));
+}
+
+TEST_CASE("grammar json_schema: the json_object grammar accepts any object to its depth bound and nothing else") {
+  json_schema_options opt;
+  opt.max_any_depth = 3;
+  auto sut = any_json_object(opt);
+  REQUIRE(sut != nullptr);
+  check_all(sut, {"{}", R"({"a":[1,{"b":null}]})"}, {"[]", "1", R"({"a":[[[1]]]})", R"({"a" :1})"});
+}
