@@ -36,8 +36,13 @@ bool matcher::close(bool& accept) {
         else work_.push_back({nodes_[parent].pos, nodes_[parent].parent});
         break;
       case element::kind::ref: {
-        const auto ret = static_cast<std::uint32_t>(nodes_.size());
-        nodes_.push_back({pos + 1, parent});
+        // A reference in tail position returns straight to the caller's caller: no node, so
+        // loops (x ::= y x | "") and optional chains do not grow the stack.
+        std::uint32_t ret = parent;
+        if (elements[pos + 1].k != element::kind::end) {
+          ret = static_cast<std::uint32_t>(nodes_.size());
+          nodes_.push_back({pos + 1, parent});
+        }
         auto alts = g_->alternatives(e.arg);
         for (auto it = alts.rbegin(); it != alts.rend(); ++it) work_.push_back({*it, ret});
         break;

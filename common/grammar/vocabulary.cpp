@@ -68,17 +68,24 @@ void fill_mask(matcher& m, const vocabulary& v, std::span<std::uint64_t> bits) {
   std::fill(bits.begin(), bits.begin() + static_cast<std::ptrdiff_t>(v.words()), 0);
   const std::size_t base = m.position();
   const auto n_nodes = static_cast<std::uint32_t>(v.byte_.size());
-  // The first bytes the state accepts prune the root's children without a matcher step.
-  const byte_class first = m.next_bytes();
+  // next[d]: the bytes the state at depth d accepts, so that a child whose byte is not among
+  // them is skipped with its subtree without a matcher step.
+  thread_local std::vector<byte_class> next;
+  next.resize(std::max<std::size_t>(next.size(), 2));
+  next[0] = m.next_bytes();
   std::uint32_t n = 1;
   while (n < n_nodes) {
     const std::size_t d = v.depth_[n];
-    if (d == 1 && !first.has(v.byte_[n])) { n = v.next_[n]; continue; }
+    if (!next[d - 1].has(v.byte_[n])) { n = v.next_[n]; continue; }
     if (m.position() != base + d - 1) m.rollback_to(base + d - 1);
     if (!m.feed(v.byte_[n])) { n = v.next_[n]; continue; }
     for (std::uint32_t k = v.ids_begin_[n]; k < v.ids_begin_[n + 1]; ++k) {
       const std::uint32_t id = v.ids_[k];
       bits[id >> 6] |= std::uint64_t{1} << (id & 63);
+    }
+    if (v.next_[n] != n + 1) { // has children
+      if (next.size() <= d) next.resize(d + 1);
+      next[d] = m.next_bytes();
     }
     ++n;
   }
