@@ -219,7 +219,7 @@ TEST_CASE("http limits: past max_connections a connection is closed at accept, t
     REQUIRE(c->send(get("/v1/models")));
     CHECK(c->read_reply().status == 200);
   }
-  CHECK(d.proc->output().find("6 connections open (max_connections)") != std::string::npos);
+  CHECK(d.proc->wait_for_output("6 connections open (max_connections)", 20s));
   open.pop_back(); // closes one of 127.0.0.2's: its place is free again
   CHECK(status_once_released(d.port, "127.0.0.3") == 200);
 }
@@ -243,9 +243,10 @@ TEST_CASE("http limits: a peer over max_connections_per_peer gets 503 with Retry
     CHECK(r.head.find("Connection: close\r\n") != std::string::npos);
     CHECK(json::parse(r.body)["error"]["code"] == "too_many_connections");
   }
-  // Logged once for the three refusals.
-  const auto log = d.proc->output();
+  // Logged once for the three refusals (the log reaches the test through a pipe: wait for it).
   const std::string line = "127.0.0.1 has 3 connections open (max_connections_per_peer)";
+  CHECK(d.proc->wait_for_output(line, 20s));
+  const auto log = d.proc->output();
   const auto first = log.find(line);
   CHECK(first != std::string::npos);
   CHECK(log.find(line, first + 1) == std::string::npos);
