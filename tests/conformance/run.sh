@@ -7,29 +7,12 @@ set -euo pipefail
 build=$1 src=$2 kvlaned=$3 cli=$4
 here=$src/tests/conformance
 
-fail() { echo "conformance: $*" >&2; exit 1; }
-command -v npm >/dev/null || fail "npm is missing (scripts/bootstrap installs it)"
-command -v curl >/dev/null || fail "curl is missing (scripts/bootstrap installs it)"
-
+name=conformance
+. "$here/lib.sh"
+need npm curl
 work=$build/conformance
-mkdir -p "$work"
-cp "$here/package.json" "$here/package-lock.json" "$here/conformance.mjs" "$work/"
-# npm ci only when the lockfile changed since the last install.
-if ! cmp -s "$work/package-lock.json" "$work/.installed-lock.json"; then
-  (cd "$work" && npm ci --no-audit --no-fund --loglevel=error) || fail "npm ci failed"
-  cp "$work/package-lock.json" "$work/.installed-lock.json"
-fi
-
-tmp=$(mktemp -d "$build/conformance-run.XXXXXX")
-daemon_pid=""
-cleanup() {
-  if [[ -n $daemon_pid ]]; then
-    kill -TERM "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+install_clients "$work" "$here/conformance.mjs"
+with_scratch "$build"
 
 key=conformance-key-$$
 cat >"$tmp/kvlane.toml" <<TOML

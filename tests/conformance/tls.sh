@@ -11,30 +11,13 @@ set -euo pipefail
 build=$(cd "$1" && pwd) src=$2 kvlaned=$3
 here=$src/tests/conformance
 
-fail() { echo "tls: $*" >&2; exit 1; }
-command -v openssl >/dev/null || fail "openssl is missing (scripts/bootstrap installs it)"
-command -v curl >/dev/null || fail "curl is missing (scripts/bootstrap installs it)"
-command -v npm >/dev/null || fail "npm is missing (scripts/bootstrap installs it)"
-
+name=tls
+. "$here/lib.sh"
+need openssl curl npm
 # The pinned npm clients, shared with run.sh (ctest runs the two under one resource lock).
 work=$build/conformance
-mkdir -p "$work"
-cp "$here/package.json" "$here/package-lock.json" "$here/tls.mjs" "$work/"
-if ! cmp -s "$work/package-lock.json" "$work/.installed-lock.json"; then
-  (cd "$work" && npm ci --no-audit --no-fund --loglevel=error) || fail "npm ci failed"
-  cp "$work/package-lock.json" "$work/.installed-lock.json"
-fi
-
-tmp=$(mktemp -d "$build/tls-run.XXXXXX")
-daemon_pid=""
-cleanup() {
-  if [[ -n $daemon_pid ]]; then
-    kill -TERM "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+install_clients "$work" "$here/tls.mjs"
+with_scratch "$build"
 
 # A CA, and a server certificate it signs for 127.0.0.1 and localhost.
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
