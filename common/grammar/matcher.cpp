@@ -7,12 +7,23 @@ namespace kvlane::grammar {
 
 matcher::matcher(std::shared_ptr<const grammar> g, matcher_limits lim) : g_(std::move(g)), lim_(lim) {
   for (std::uint32_t start : g_->alternatives(g_->root())) work_.push_back({start, nil});
-  bool accept = false;
-  close(accept); // the initial expansion of a grammar that passed finish() stays in bounds
+  bool accept = false, ctx_exit = false;
+  close(accept, ctx_exit); // the initial expansion of a grammar that passed finish() stays in bounds
   history_.push_back({static_cast<std::uint32_t>(heads_.size()), static_cast<std::uint32_t>(nodes_.size()), accept});
 }
 
-bool matcher::close(bool& accept) {
+matcher::matcher(std::shared_ptr<const grammar> g, std::span<const std::uint32_t> frames, bool bottom)
+    : g_(std::move(g)) {
+  std::uint32_t parent = bottom ? nil : ctx;
+  for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+    nodes_.push_back({*it, parent});
+    parent = static_cast<std::uint32_t>(nodes_.size() - 1);
+  }
+  heads_.push_back(parent);
+  history_.push_back({1, static_cast<std::uint32_t>(nodes_.size()), false});
+}
+
+bool matcher::close(bool& accept, bool& ctx_exit) {
   const auto elements = g_->elements();
   seen_.clear();
   const std::size_t first_head = heads_.size();
@@ -33,6 +44,7 @@ bool matcher::close(bool& accept) {
         break;
       case element::kind::end:
         if (parent == nil) accept = true;
+        else if (parent == ctx) ctx_exit = true;
         else work_.push_back({nodes_[parent].pos, nodes_[parent].parent});
         break;
       case element::kind::ref: {
@@ -62,9 +74,9 @@ bool matcher::feed(std::uint8_t b) {
     if (g_->cls(elements[n.pos].arg).has(b)) work_.push_back({n.pos + 1, n.parent});
   }
   if (work_.empty()) return false;
-  bool accept = false;
-  const bool ok = close(accept);
-  if (!ok || (heads_.size() == cur.heads_end && !accept)) {
+  bool accept = false, ctx_exit = false;
+  const bool ok = close(accept, ctx_exit);
+  if (!ok || (heads_.size() == cur.heads_end && !accept && !ctx_exit)) {
     exhausted_ = !ok;
     work_.clear();
     heads_.resize(cur.heads_end);
@@ -72,7 +84,7 @@ bool matcher::feed(std::uint8_t b) {
     return false;
   }
   exhausted_ = false;
-  history_.push_back({static_cast<std::uint32_t>(heads_.size()), static_cast<std::uint32_t>(nodes_.size()), accept});
+  history_.push_back({static_cast<std::uint32_t>(heads_.size()), static_cast<std::uint32_t>(nodes_.size()), accept, ctx_exit});
   return true;
 }
 

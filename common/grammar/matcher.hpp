@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,7 +68,11 @@ public:
   byte_class next_bytes() const;
 
 private:
+  friend class mask_cache;
   static constexpr std::uint32_t nil = ~0u;
+  /// The parent of a mask_cache frame's bottom: popping into it means "the caller continues",
+  /// which mask_cache treats as unknown (ctx_exit) instead of accepting.
+  static constexpr std::uint32_t ctx = ~0u - 1;
   struct node {
     std::uint32_t pos = 0;
     std::uint32_t parent = nil;
@@ -76,11 +81,15 @@ private:
     std::uint32_t heads_end = 0;
     std::uint32_t nodes_end = 0;
     bool accept = false;
+    bool ctx_exit = false; ///< a stack popped into `ctx` (mask_cache frames only)
   };
+  /// A matcher whose single stack is `frames` (top first) over `ctx` (or the bottom when
+  /// `bottom`): mask_cache's local simulation of one stack's top.
+  matcher(std::shared_ptr<const grammar> g, std::span<const std::uint32_t> frames, bool bottom);
 
   std::uint32_t heads_begin(std::size_t k) const noexcept { return k == 0 ? 0 : history_[k - 1].heads_end; }
   /// Expands the work list into heads (appended to heads_); returns false past a bound.
-  bool close(bool& accept);
+  bool close(bool& accept, bool& ctx_exit);
 
   std::shared_ptr<const grammar> g_;
   matcher_limits lim_;

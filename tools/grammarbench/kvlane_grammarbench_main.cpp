@@ -3,12 +3,19 @@
 // token mask per step over greedy-random walks on a real vocabulary, and the same mask computed
 // token by token from scratch (the naive baseline) on the same states, in the same run.
 //
-//   kvlane-grammarbench [--vocab FILE.gguf] [--tokens N] [--seed S]
+//   kvlane-grammarbench [--vocab FILE.gguf] [--tokens N] [--seed S] [--no-max-length]
+//
+// --no-max-length drops every minLength/maxLength from the schema (strings then share their
+// grammar positions, which is what the mask cache exploits; most schemas from Pydantic or
+// OpenAI's strict mode have no length bounds).
 
 #include "common/grammar/json_schema.hpp"
+#include "common/grammar/mask_cache.hpp"
 #include "common/grammar/vocabulary.hpp"
 #include "common/random.hpp"
 #include "tools/grammarbench/gguf_vocab.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -91,13 +98,15 @@ int main(int argc, char** argv) {
   std::string vocab_path = std::string(KVLANE_GRAMMAR_VOCAB_DIR) + "/ggml-vocab-qwen2.gguf";
   std::size_t tokens = 400;
   std::uint64_t seed = 1;
+  bool no_max_length = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--vocab" && i + 1 < argc) vocab_path = argv[++i];
     else if (a == "--tokens" && i + 1 < argc) tokens = std::stoul(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = std::stoull(argv[++i]);
+    else if (a == "--no-max-length") no_max_length = true;
     else {
-      std::fprintf(stderr, "usage: kvlane-grammarbench [--vocab FILE.gguf] [--tokens N] [--seed S]\n");
+      std::fprintf(stderr, "usage: kvlane-grammarbench [--vocab FILE.gguf] [--tokens N] [--seed S] [--no-max-length]\n");
       return 64;
     }
   }
@@ -108,16 +117,31 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto t0 = clock_type::now();
-  const grammar::vocabulary vocab{loaded->tokens, loaded->end_tokens};
+  const auto shared_vocab = std::make_shared<const grammar::vocabulary>(loaded->tokens, loaded->end_tokens);
+  const grammar::vocabulary& vocab = *shared_vocab;
   const double vocab_us = us_since(t0);
   std::printf("vocabulary: %s, %u tokens, %zu trie nodes, built in %.1f ms (once per model)\n",
               vocab_path.c_str(), vocab.size(), vocab.trie_nodes(), vocab_us / 1000);
 
+  std::string schema_text = schema;
+  if (no_max_length) {
+    auto doc = nlohmann::ordered_json::parse(schema_text);
+    auto strip = [](auto& self, nlohmann::ordered_json& j) -> void {
+      if (j.is_object()) {
+        j.erase("minLength");
+        j.erase("maxLength");
+      }
+      if (j.is_structured())
+        for (auto& x : j) self(self, x);
+    };
+    strip(strip, doc);
+    schema_text = doc.dump();
+  }
   std::vector<double> compile_us;
   std::shared_ptr<const grammar::grammar> g;
   for (int k = 0; k < 20; ++k) {
     t0 = clock_type::now();
-    auto c = grammar::compile_json_schema(schema);
+    auto c = grammar::compile_json_schema(schema_text);
     compile_us.push_back(us_since(t0));
     if (!c) {
       std::fprintf(stderr, "kvlane-grammarbench: schema: %s\n", c.error().message().c_str());
@@ -125,15 +149,17 @@ int main(int argc, char** argv) {
     }
     g = *c;
   }
-  std::printf("compile (20-field schema, %zu grammar elements): p50 %.2f ms, max %.2f ms over 20 runs\n",
-              g->elements().size(), percentile(compile_us, 0.5) / 1000,
+  std::printf("compile (20-field schema%s, %zu grammar elements): p50 %.2f ms, max %.2f ms over 20 runs\n",
+              no_max_length ? " without length bounds" : "", g->elements().size(), percentile(compile_us, 0.5) / 1000,
               percentile(compile_us, 1.0) / 1000);
 
   // Greedy-random walks: each step computes the mask, then picks a random allowed token,
   // preferring (3 in 4) the longest allowed token among 64 random draws so documents finish.
   std::uint64_t rng = seed;
   std::vector<std::uint64_t> bits(vocab.words()), naive_bits(vocab.words());
-  std::vector<double> mask_us, naive_us;
+  std::vector<double> mask_us, naive_us, cached_us;
+  std::vector<std::uint64_t> cached_bits(vocab.words());
+  grammar::mask_cache cache{g, shared_vocab};
   std::vector<std::uint32_t> allowed;
   std::size_t documents = 0, mismatches = 0;
   grammar::matcher m{g};
@@ -141,6 +167,10 @@ int main(int argc, char** argv) {
     t0 = clock_type::now();
     grammar::fill_mask(m, vocab, bits);
     mask_us.push_back(us_since(t0));
+    t0 = clock_type::now();
+    cache.fill(m, cached_bits);
+    cached_us.push_back(us_since(t0));
+    if (cached_bits != bits) ++mismatches;
     if (step % 20 == 0) {
       t0 = clock_type::now();
       grammar::fill_mask_naive(m, vocab, naive_bits);
@@ -180,7 +210,13 @@ int main(int argc, char** argv) {
               "(%zu documents completed)\n", p50, p99, percentile(mask_us, 1.0), mask_us.size(), documents);
   std::printf("mask per token (naive, every token from scratch): p50 %.1f us, p99 %.1f us over %zu "
               "of the same states\n", naive50, percentile(naive_us, 0.99), naive_us.size());
-  std::printf("speed-up of the trie walk over the naive mask (p50): %.1fx; masks differing: %zu\n",
-              p50 > 0 ? naive50 / p50 : 0.0, mismatches);
+  const auto st = cache.counters();
+  std::printf("mask per token (mask cache): p50 %.1f us, p99 %.1f us, max %.1f us over the same %zu steps "
+              "(%zu entries, %.1f MiB, %zu hits, %zu plain walks)\n",
+              percentile(cached_us, 0.5), percentile(cached_us, 0.99), percentile(cached_us, 1.0),
+              cached_us.size(), st.entries, static_cast<double>(st.bytes) / (1 << 20), st.hits, st.plain_walks);
+  std::printf("speed-up over the naive mask (p50): trie walk %.1fx, mask cache %.1fx; masks differing: %zu\n",
+              p50 > 0 ? naive50 / p50 : 0.0, percentile(cached_us, 0.5) > 0 ? naive50 / percentile(cached_us, 0.5) : 0.0,
+              mismatches);
   return mismatches == 0 ? 0 : 1;
 }

@@ -3,6 +3,7 @@
 // in JSON valid for the schema.
 
 #include "common/grammar/json_schema.hpp"
+#include "common/grammar/mask_cache.hpp"
 #include "common/grammar/vocabulary.hpp"
 #include "common/random.hpp"
 
@@ -51,6 +52,70 @@ TEST_CASE("grammar vocabulary: the trie mask equals the token-by-token mask and 
   CHECK(has(fast, 9));
   for (std::uint32_t id = 0; id < sut.size(); ++id)
     if (id != 9) CHECK_FALSE(has(fast, id));
+}
+
+namespace {
+
+const char* const cache_schema = R"({"type":"object","properties":{
+    "s":{"type":"string"},
+    "short":{"type":"string","maxLength":3},
+    "n":{"type":"integer","minimum":-20,"maximum":20},
+    "list":{"type":"array","items":{"type":"string"},"maxItems":4},
+    "e":{"enum":["true","a\"b",false]}},
+  "required":["s","n","list"],"additionalProperties":false})";
+
+/// Random walks through `g` over `v`, comparing the cache's mask with the reference at every step.
+/// Picks prefer (1 in 3) tokens holding a quote, so strings close and documents finish.
+std::size_t compare_walks(const std::shared_ptr<const grammar>& g, const std::shared_ptr<const vocabulary>& v,
+                          int walks, int steps, bool naive_reference) {
+  mask_cache sut{g, v};
+  std::vector<std::uint64_t> cached(v->words()), reference(v->words());
+  std::vector<std::uint32_t> allowed, quoted;
+  std::uint64_t rng = 7;
+  std::size_t compared = 0;
+  for (int walk = 0; walk < walks; ++walk) {
+    matcher m{g};
+    for (int step = 0; step < steps; ++step) {
+      sut.fill(m, cached);
+      if (naive_reference) fill_mask_naive(m, *v, reference);
+      else fill_mask(m, *v, reference);
+      REQUIRE(cached == reference);
+      ++compared;
+      allowed.clear();
+      quoted.clear();
+      for (std::uint32_t id = 0; id < v->size(); ++id)
+        if (has(cached, id) && !v->bytes(id).empty()) {
+          allowed.push_back(id);
+          if (v->bytes(id).find('"') != std::string_view::npos) quoted.push_back(id);
+        }
+      if (allowed.empty()) break;
+      const auto& pool = !quoted.empty() && kvlane::splitmix64(rng) % 3 == 0 ? quoted : allowed;
+      REQUIRE(m.feed(v->bytes(pool[kvlane::splitmix64(rng) % pool.size()])));
+    }
+  }
+  return compared;
+}
+
+} // namespace
+
+TEST_CASE("grammar mask_cache: masks equal the token-by-token masks along random walks on a small vocabulary") {
+  // Every string of one or two characters from a JSON-ish alphabet, and some of three.
+  const std::string alphabet = "\"{}[],:ab1-\\nturflsohie";
+  std::vector<std::string> tokens{""}; // id 0: an end token without bytes
+  for (char a : alphabet) {
+    tokens.emplace_back(1, a);
+    for (char b : alphabet) tokens.push_back(std::string{a} + b);
+  }
+  std::uint64_t rng = 3;
+  for (int k = 0; k < 300; ++k) {
+    std::string t;
+    for (int j = 0; j < 3; ++j) t += alphabet[kvlane::splitmix64(rng) % alphabet.size()];
+    tokens.push_back(t);
+  }
+  const std::vector<std::uint32_t> end{0};
+  auto v = std::make_shared<const vocabulary>(tokens, end);
+  const std::size_t compared = compare_walks(schema(cache_schema), v, 60, 60, true);
+  CHECK(compared > 600);
 }
 
 #ifdef KVLANE_GRAMMAR_VOCAB_DIR
@@ -166,4 +231,12 @@ TEST_CASE("grammar vocabulary: random walks of tokens from the mask stay accepte
   }
 }
 
+#endif
+
+#ifdef KVLANE_GRAMMAR_VOCAB_DIR
+TEST_CASE("grammar mask_cache: on the Qwen2 vocabulary the cached masks equal the trie walk's along random walks") {
+  const auto& q = qwen();
+  auto v = std::make_shared<const vocabulary>(q.tokens, q.end_tokens);
+  CHECK(compare_walks(schema(cache_schema), v, 2, 40, false) > 40);
+}
 #endif

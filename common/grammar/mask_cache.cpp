@@ -1,0 +1,148 @@
+#include "common/grammar/mask_cache.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kvlane::grammar {
+
+mask_cache::mask_cache(std::shared_ptr<const grammar> g, std::shared_ptr<const vocabulary> v, mask_cache_limits lim)
+    : g_(std::move(g)), v_(std::move(v)), lim_(lim) {
+  if (lim_.frames == 0) lim_.frames = 1;
+}
+
+mask_cache::stats mask_cache::counters() const {
+  std::lock_guard lock{mu_};
+  return stats_;
+}
+
+std::shared_ptr<const mask_cache::entry> mask_cache::build(std::span<const std::uint32_t> frames, bool bottom) const {
+  const vocabulary& v = *v_;
+  matcher lm{g_, frames, bottom};
+  auto e = std::make_shared<entry>();
+  std::vector<std::uint32_t> accepted;
+  const auto n_nodes = static_cast<std::uint32_t>(v.byte_.size());
+  // Per depth: the bytes the state takes next, and whether a stack ran past the frames on the
+  // way here (then a local rejection further down is not a rejection: the caller may go on).
+  std::vector<byte_class> next(2);
+  std::vector<std::uint8_t> past(2, 0);
+  next[0] = lm.next_bytes();
+  std::uint32_t n = 1;
+  while (n < n_nodes) {
+    const std::size_t d = v.depth_[n];
+    if (lm.position() != d - 1) lm.rollback_to(d - 1);
+    if (!next[d - 1].has(v.byte_[n]) || !lm.feed(v.byte_[n])) {
+      if (past[d - 1])
+        for (std::uint32_t k = n; k < v.next_[n]; ++k)
+          if (v.ids_begin_[k] < v.ids_begin_[k + 1]) e->uncertain.push_back(k);
+      n = v.next_[n];
+      continue;
+    }
+    for (std::uint32_t k = v.ids_begin_[n]; k < v.ids_begin_[n + 1]; ++k) accepted.push_back(v.ids_[k]);
+    if (v.next_[n] != n + 1) {
+      if (next.size() <= d) { next.resize(d + 1); past.resize(d + 1); }
+      next[d] = lm.next_bytes();
+      past[d] = past[d - 1] || lm.history_.back().ctx_exit;
+    }
+    ++n;
+  }
+  if (accepted.size() * 32 > v.words() * 64) {
+    e->accepted_bits.assign(v.words(), 0);
+    for (std::uint32_t id : accepted) e->accepted_bits[id >> 6] |= std::uint64_t{1} << (id & 63);
+  } else {
+    e->accepted_ids = std::move(accepted);
+  }
+  return e;
+}
+
+void mask_cache::fill(matcher& m, std::span<std::uint64_t> bits) {
+  const vocabulary& v = *v_;
+  // The key of each stack: its top frames' positions, and whether the stack ends there.
+  struct key_t {
+    std::string text;
+    std::vector<std::uint32_t> frames;
+    bool bottom = false;
+  };
+  std::vector<key_t> keys;
+  const std::size_t k = m.history_.size() - 1;
+  for (std::uint32_t h = m.heads_begin(k); h < m.history_.back().heads_end; ++h) {
+    key_t key;
+    std::uint32_t n = m.heads_[h];
+    while (key.frames.size() < lim_.frames && n != matcher::nil) {
+      key.frames.push_back(m.nodes_[n].pos);
+      n = m.nodes_[n].parent;
+    }
+    key.bottom = n == matcher::nil;
+    key.text.resize(key.frames.size() * 4 + 1);
+    std::memcpy(key.text.data(), key.frames.data(), key.frames.size() * 4);
+    key.text.back() = key.bottom ? 'b' : 'c';
+    if (std::none_of(keys.begin(), keys.end(), [&](const key_t& o) { return o.text == key.text; }))
+      keys.push_back(std::move(key));
+  }
+
+  std::vector<std::shared_ptr<const entry>> found(keys.size());
+  std::vector<std::size_t> to_build;
+  bool fallback = false;
+  {
+    std::lock_guard lock{mu_};
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (auto it = entries_.find(keys[i].text); it != entries_.end()) { found[i] = it->second; continue; }
+      std::uint32_t& met = seen_[keys[i].text];
+      if (++met >= build_after_ && stats_.bytes < lim_.max_bytes) to_build.push_back(i);
+      else fallback = true;
+    }
+    if (fallback) ++stats_.plain_walks;
+    else if (to_build.empty()) ++stats_.hits;
+  }
+  if (fallback) {
+    fill_mask(m, v, bits);
+    return;
+  }
+  for (std::size_t i : to_build) {
+    found[i] = build(keys[i].frames, keys[i].bottom);
+    std::lock_guard lock{mu_};
+    if (entries_.emplace(keys[i].text, found[i]).second) {
+      stats_.bytes += found[i]->bytes();
+      ++stats_.entries;
+      seen_.erase(keys[i].text);
+    }
+  }
+
+  std::fill(bits.begin(), bits.begin() + static_cast<std::ptrdiff_t>(v.words()), 0);
+  std::vector<std::uint32_t> uncertain;
+  for (const auto& e : found) {
+    if (!e->accepted_bits.empty())
+      for (std::size_t w = 0; w < v.words(); ++w) bits[w] |= e->accepted_bits[w];
+    for (std::uint32_t id : e->accepted_ids) bits[id >> 6] |= std::uint64_t{1} << (id & 63);
+    uncertain.insert(uncertain.end(), e->uncertain.begin(), e->uncertain.end());
+  }
+  if (found.size() > 1) {
+    std::sort(uncertain.begin(), uncertain.end());
+    uncertain.erase(std::unique(uncertain.begin(), uncertain.end()), uncertain.end());
+  }
+  // The uncertain tokens against the real state, in trie order: a token reuses the bytes it
+  // shares with the previous one, and one that extends a rejected prefix is rejected unfed.
+  const std::size_t base = m.position();
+  std::string_view prev;
+  std::size_t ok_len = 0;
+  for (std::uint32_t node : uncertain) {
+    const std::uint32_t first = v.ids_[v.ids_begin_[node]];
+    if ((bits[first >> 6] >> (first & 63)) & 1) continue;
+    const std::string_view t = v.bytes(first);
+    std::size_t l = 0;
+    while (l < prev.size() && l < t.size() && prev[l] == t[l]) ++l;
+    prev = t;
+    if (l > ok_len) continue;
+    m.rollback_to(base + l);
+    std::size_t fed = l;
+    while (fed < t.size() && m.feed(static_cast<std::uint8_t>(t[fed]))) ++fed;
+    ok_len = fed;
+    if (fed == t.size())
+      for (std::uint32_t j = v.ids_begin_[node]; j < v.ids_begin_[node + 1]; ++j)
+        bits[v.ids_[j] >> 6] |= std::uint64_t{1} << (v.ids_[j] & 63);
+  }
+  m.rollback_to(base);
+  if (m.can_end())
+    for (std::uint32_t e : v.end_tokens()) bits[e >> 6] |= std::uint64_t{1} << (e & 63);
+}
+
+} // namespace kvlane::grammar
