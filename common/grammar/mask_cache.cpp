@@ -1,5 +1,7 @@
 #include "common/grammar/mask_cache.hpp"
 
+#include "common/grammar/memo_walk.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -17,34 +19,23 @@ mask_cache::stats mask_cache::counters() const {
 
 std::shared_ptr<const mask_cache::entry> mask_cache::build(std::span<const std::uint32_t> frames, bool bottom) const {
   const vocabulary& v = *v_;
-  matcher lm{g_, frames, bottom};
+  const matcher lm{g_, frames, bottom};
   auto e = std::make_shared<entry>();
   std::vector<std::uint32_t> accepted;
-  const auto n_nodes = static_cast<std::uint32_t>(v.byte_.size());
-  // Per depth: the bytes the state takes next, and whether a stack ran past the frames on the
-  // way here (then a local rejection further down is not a rejection: the caller may go on).
-  std::vector<byte_class> next(2);
-  std::vector<std::uint8_t> past(2, 0);
-  next[0] = lm.next_bytes();
-  std::uint32_t n = 1;
-  while (n < n_nodes) {
-    const std::size_t d = v.depth_[n];
-    if (lm.position() != d - 1) lm.rollback_to(d - 1);
-    if (!next[d - 1].has(v.byte_[n]) || !lm.feed(v.byte_[n])) {
-      if (past[d - 1])
+  // A subtree cut below a state that ran past the frames is uncertain, not rejected: the
+  // caller's frames may take the rest of those tokens.
+  thread_local memo_walk w;
+  const bool ok = w.walk(
+      lm, v,
+      [&](std::uint32_t n) {
+        for (std::uint32_t k = v.ids_begin_[n]; k < v.ids_begin_[n + 1]; ++k) accepted.push_back(v.ids_[k]);
+      },
+      [&](std::uint32_t n, bool past) {
+        if (!past) return;
         for (std::uint32_t k = n; k < v.next_[n]; ++k)
           if (v.ids_begin_[k] < v.ids_begin_[k + 1]) e->uncertain.push_back(k);
-      n = v.next_[n];
-      continue;
-    }
-    for (std::uint32_t k = v.ids_begin_[n]; k < v.ids_begin_[n + 1]; ++k) accepted.push_back(v.ids_[k]);
-    if (v.next_[n] != n + 1) {
-      if (next.size() <= d) { next.resize(d + 1); past.resize(d + 1); }
-      next[d] = lm.next_bytes();
-      past[d] = past[d - 1] || lm.history_.back().ctx_exit;
-    }
-    ++n;
-  }
+      });
+  if (!ok) return nullptr;
   if (accepted.size() * 32 > v.words() * 64) {
     e->accepted_bits.assign(v.words(), 0);
     for (std::uint32_t id : accepted) e->accepted_bits[id >> 6] |= std::uint64_t{1} << (id & 63);
@@ -94,11 +85,15 @@ void mask_cache::fill(matcher& m, std::span<std::uint64_t> bits) {
     else if (to_build.empty()) ++stats_.hits;
   }
   if (fallback) {
-    fill_mask(m, v, bits);
+    fill_mask_memo(m, v, bits);
     return;
   }
   for (std::size_t i : to_build) {
     found[i] = build(keys[i].frames, keys[i].bottom);
+    if (found[i] == nullptr) { // past the walk's bounds: this key is answered by plain walks
+      fill_mask_memo(m, v, bits);
+      return;
+    }
     std::lock_guard lock{mu_};
     if (entries_.emplace(keys[i].text, found[i]).second) {
       stats_.bytes += found[i]->bytes();

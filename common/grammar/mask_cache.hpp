@@ -13,8 +13,8 @@
 // accepted sets of the state's stacks plus the uncertain tokens checked against the real state,
 // in trie order so shared prefixes are fed once.
 //
-// An entry is built the second time its key is met (the first time, fill_mask's plain walk
-// answers), so keys met once, such as the positions of a long {m,n} expansion, cost no more
+// Entries are built with memo_walk. An entry is built the second time its key is met (the
+// first time, fill_mask_memo answers), so keys met once, such as the positions of a long {m,n} expansion, cost no more
 // than without the cache. Memory is bounded by `max_bytes`; past it, no entry is added.
 //
 // Ownership and threading: one per (grammar, vocabulary) pair, shared by every sequence using
@@ -48,7 +48,7 @@ public:
     std::size_t entries = 0;
     std::size_t bytes = 0;
     std::size_t hits = 0;
-    std::size_t plain_walks = 0; ///< masks answered by fill_mask because an entry was missing
+    std::size_t plain_walks = 0; ///< masks answered by fill_mask_memo because an entry was missing
   };
   stats counters() const;
 

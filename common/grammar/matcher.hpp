@@ -69,6 +69,7 @@ public:
 
 private:
   friend class mask_cache;
+  friend class memo_walk;
   static constexpr std::uint32_t nil = ~0u;
   /// The parent of a mask_cache frame's bottom: popping into it means "the caller continues",
   /// which mask_cache treats as unknown (ctx_exit) instead of accepting.

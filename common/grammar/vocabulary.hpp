@@ -44,6 +44,8 @@ public:
 private:
   friend void fill_mask(matcher&, const vocabulary&, std::span<std::uint64_t>);
   friend class mask_cache;
+  friend void fill_mask_memo(matcher&, const vocabulary&, std::span<std::uint64_t>);
+  friend class memo_walk;
   std::uint32_t size_ = 0;
   std::vector<std::string> bytes_;
   std::vector<std::uint32_t> end_;

@@ -11,6 +11,7 @@
 
 #include "common/grammar/json_schema.hpp"
 #include "common/grammar/mask_cache.hpp"
+#include "common/grammar/memo_walk.hpp"
 #include "common/grammar/vocabulary.hpp"
 #include "common/random.hpp"
 #include "tools/grammarbench/gguf_vocab.hpp"
@@ -157,7 +158,7 @@ int main(int argc, char** argv) {
   // preferring (3 in 4) the longest allowed token among 64 random draws so documents finish.
   std::uint64_t rng = seed;
   std::vector<std::uint64_t> bits(vocab.words()), naive_bits(vocab.words());
-  std::vector<double> mask_us, naive_us, cached_us;
+  std::vector<double> mask_us, naive_us, cached_us, memo_us;
   std::vector<std::uint64_t> cached_bits(vocab.words());
   grammar::mask_cache cache{g, shared_vocab};
   std::vector<std::uint32_t> allowed;
@@ -167,6 +168,10 @@ int main(int argc, char** argv) {
     t0 = clock_type::now();
     grammar::fill_mask(m, vocab, bits);
     mask_us.push_back(us_since(t0));
+    t0 = clock_type::now();
+    grammar::fill_mask_memo(m, vocab, cached_bits);
+    memo_us.push_back(us_since(t0));
+    if (cached_bits != bits) ++mismatches;
     t0 = clock_type::now();
     cache.fill(m, cached_bits);
     cached_us.push_back(us_since(t0));
@@ -210,6 +215,8 @@ int main(int argc, char** argv) {
               "(%zu documents completed)\n", p50, p99, percentile(mask_us, 1.0), mask_us.size(), documents);
   std::printf("mask per token (naive, every token from scratch): p50 %.1f us, p99 %.1f us over %zu "
               "of the same states\n", naive50, percentile(naive_us, 0.99), naive_us.size());
+  std::printf("mask per token (trie walk, memoized states): p50 %.1f us, p99 %.1f us, max %.1f us over the same %zu steps\n",
+              percentile(memo_us, 0.5), percentile(memo_us, 0.99), percentile(memo_us, 1.0), memo_us.size());
   const auto st = cache.counters();
   std::printf("mask per token (mask cache): p50 %.1f us, p99 %.1f us, max %.1f us over the same %zu steps "
               "(%zu entries, %.1f MiB, %zu hits, %zu plain walks)\n",

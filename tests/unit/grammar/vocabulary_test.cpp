@@ -4,6 +4,7 @@
 
 #include "common/grammar/json_schema.hpp"
 #include "common/grammar/mask_cache.hpp"
+#include "common/grammar/memo_walk.hpp"
 #include "common/grammar/vocabulary.hpp"
 #include "common/random.hpp"
 
@@ -76,9 +77,11 @@ std::size_t compare_walks(const std::shared_ptr<const grammar>& g, const std::sh
   for (int walk = 0; walk < walks; ++walk) {
     matcher m{g};
     for (int step = 0; step < steps; ++step) {
-      sut.fill(m, cached);
       if (naive_reference) fill_mask_naive(m, *v, reference);
       else fill_mask(m, *v, reference);
+      sut.fill(m, cached);
+      REQUIRE(cached == reference);
+      fill_mask_memo(m, *v, cached);
       REQUIRE(cached == reference);
       ++compared;
       allowed.clear();
@@ -98,7 +101,7 @@ std::size_t compare_walks(const std::shared_ptr<const grammar>& g, const std::sh
 
 } // namespace
 
-TEST_CASE("grammar mask_cache: masks equal the token-by-token masks along random walks on a small vocabulary") {
+TEST_CASE("grammar mask_cache and fill_mask_memo: masks equal the token-by-token masks along random walks on a small vocabulary") {
   // Every string of one or two characters from a JSON-ish alphabet, and some of three.
   const std::string alphabet = "\"{}[],:ab1-\\nturflsohie";
   std::vector<std::string> tokens{""}; // id 0: an end token without bytes
@@ -234,7 +237,7 @@ TEST_CASE("grammar vocabulary: random walks of tokens from the mask stay accepte
 #endif
 
 #ifdef KVLANE_GRAMMAR_VOCAB_DIR
-TEST_CASE("grammar mask_cache: on the Qwen2 vocabulary the cached masks equal the trie walk's along random walks") {
+TEST_CASE("grammar mask_cache and fill_mask_memo: on the Qwen2 vocabulary the masks equal the trie walk's along random walks") {
   const auto& q = qwen();
   auto v = std::make_shared<const vocabulary>(q.tokens, q.end_tokens);
   CHECK(compare_walks(schema(cache_schema), v, 2, 40, false) > 40);
