@@ -1,6 +1,7 @@
 #include "common/grammar/memo_walk.hpp"
 
 #include <algorithm>
+#include <bit>
 
 namespace kvlane::grammar {
 
@@ -9,7 +10,7 @@ void fill_mask_memo(matcher& m, const vocabulary& v, std::span<std::uint64_t> bi
   // the memo's set-up cost.
   const byte_class first = m.next_bytes();
   int first_bytes = 0;
-  for (std::uint64_t w : first.bits) first_bytes += __builtin_popcountll(w);
+  for (std::uint64_t w : first.bits) first_bytes += std::popcount(w);
   if (first_bytes <= 8) {
     fill_mask(m, v, bits);
     return;
