@@ -114,8 +114,23 @@ void mask_cache::fill(matcher& m, std::span<std::uint64_t> bits) {
     std::sort(uncertain.begin(), uncertain.end());
     uncertain.erase(std::unique(uncertain.begin(), uncertain.end()), uncertain.end());
   }
-  // The uncertain tokens against the real state, in trie order: a token reuses the bytes it
-  // shares with the previous one, and one that extends a rejected prefix is rejected unfed.
+  // The uncertain tokens against the real state, in trie order: a token reuses the states of
+  // the bytes it shares with the previous one, and one that extends a rejected prefix is
+  // rejected unfed. The memoized walk first; the matcher itself if that passes its bounds.
+  auto is_set = [&](std::uint32_t node) {
+    const std::uint32_t first = v.ids_[v.ids_begin_[node]];
+    return ((bits[first >> 6] >> (first & 63)) & 1) != 0;
+  };
+  auto set_node = [&](std::uint32_t node) {
+    for (std::uint32_t j = v.ids_begin_[node]; j < v.ids_begin_[node + 1]; ++j)
+      bits[v.ids_[j] >> 6] |= std::uint64_t{1} << (v.ids_[j] & 63);
+  };
+  thread_local memo_walk w;
+  if (w.check(m, v, uncertain, is_set, set_node)) {
+    if (m.can_end())
+      for (std::uint32_t e : v.end_tokens()) bits[e >> 6] |= std::uint64_t{1} << (e & 63);
+    return;
+  }
   const std::size_t base = m.position();
   std::string_view prev;
   std::size_t ok_len = 0;

@@ -19,6 +19,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <span>
+#include <string_view>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -113,11 +116,16 @@ public:
     std::sort(classes.begin(), classes.end());
     classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
     if (classes.size() <= 64) { // the usual case: a signature fits a word, no allocation per byte
+      std::array<std::uint64_t, 256> sigs{};
+      for (std::size_t c = 0; c < classes.size(); ++c) {
+        const auto& bits = g_->cls(classes[c]).bits;
+        for (unsigned w = 0; w < 4; ++w)
+          for (std::uint64_t x = bits[w]; x != 0; x &= x - 1)
+            sigs[w * 64 + static_cast<unsigned>(std::countr_zero(x))] |= std::uint64_t{1} << c;
+      }
       std::vector<std::uint64_t> words;
       for (unsigned b = 0; b < 256; ++b) {
-        std::uint64_t sig = 0;
-        for (std::size_t c = 0; c < classes.size(); ++c)
-          sig |= std::uint64_t{g_->cls(classes[c]).has(static_cast<std::uint8_t>(b))} << c;
+        const std::uint64_t sig = sigs[b];
         if (sig == 0) { s.cls[b] = 255; continue; }
         auto it = std::find(words.begin(), words.end(), sig);
         if (it == words.end()) {
@@ -243,6 +251,52 @@ public:
         past_[d] = past_[d - 1] || states_[static_cast<std::uint32_t>(to)].ctx_exit;
       }
       ++n;
+    }
+    return true;
+  }
+
+  /// For trie nodes `nodes` (ascending, i.e. in lexicographic order of their bytes) from `m`'s
+  /// current state: on_accept(node) for each whose bytes the grammar takes; skip(node) true
+  /// leaves a node out. A node reuses the states of the bytes it shares with the previous one.
+  /// False if a bound was passed (nothing is then known).
+  template <class Skip, class OnAccept>
+  bool check(const matcher& m, const vocabulary& v, std::span<const std::uint32_t> nodes, Skip&& skip,
+             OnAccept&& on_accept) {
+    reset(m);
+    const std::int32_t root = intern(start_of(m), m.can_end(), false);
+    if (root < 0) return false;
+    at_depth_.assign(1, root);
+    std::string_view prev;
+    std::size_t ok_len = 0;
+    for (std::uint32_t node : nodes) {
+      if (skip(node)) continue;
+      const std::string_view t = v.bytes(v.ids_[v.ids_begin_[node]]);
+      std::size_t l = 0;
+      while (l < prev.size() && l < t.size() && prev[l] == t[l]) ++l;
+      prev = t;
+      if (l > ok_len) continue; // extends a rejected prefix
+      std::size_t d = l;
+      if (at_depth_.size() < t.size() + 1) at_depth_.resize(t.size() + 1);
+      for (; d < t.size(); ++d) {
+        const auto from = static_cast<std::uint32_t>(at_depth_[d]);
+        const auto b = static_cast<std::uint8_t>(t[d]);
+        const std::uint8_t c = states_[from].cls[b];
+        std::int32_t to = dead;
+        if (c == 254) {
+          to = step(from, b);
+        } else if (c != 255) {
+          to = states_[from].trans[c];
+          if (to == unknown) {
+            to = step(from, b);
+            if (to != -1) states_[from].trans[c] = to;
+          }
+        }
+        if (to == -1) return false;
+        if (to == dead) break;
+        at_depth_[d + 1] = to;
+      }
+      ok_len = d;
+      if (d == t.size()) on_accept(node);
     }
     return true;
   }
