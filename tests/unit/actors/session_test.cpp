@@ -34,7 +34,9 @@ struct session_fixture {
   caf::actor_system sys{configure(cfg)};
   caf::scheduler::test_coordinator& sched{dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())};
   /// Stands in for a model's scheduler: lives longer than every session.
-  caf::actor scheduler = sys.spawn([]() -> caf::behavior { return {[](int) {}}; });
+  /// (Spawned with an unused argument: for a spawn function given no arguments CAF 0.17
+  /// dereferences a null argument tuple, which UBSan reports.)
+  caf::actor scheduler = sys.spawn([](int) -> caf::behavior { return {[](int) {}}; }, 0);
 
   ~session_fixture() {
     caf::anon_send_exit(scheduler, caf::exit_reason::user_shutdown);
