@@ -35,13 +35,18 @@ private:
   bool at_end() const { return i_ >= text_.size(); }
   char peek(std::size_t k = 0) const { return i_ + k < text_.size() ? text_[i_ + k] : '\0'; }
 
+  /// "line:column" of byte `at`. Positions are asked for mostly in increasing order (every first
+  /// reference of a rule), so the scan resumes from the last answer: linear in the text overall.
   std::string where(std::size_t at) const {
-    std::size_t line = 1, col = 1;
-    for (std::size_t k = 0; k < at && k < text_.size(); ++k) {
-      if (text_[k] == '\n') { ++line; col = 1; } else if ((static_cast<unsigned char>(text_[k]) & 0xC0) != 0x80) ++col;
+    if (at < where_at_) { where_at_ = 0; where_line_ = 1; where_col_ = 1; }
+    for (; where_at_ < at && where_at_ < text_.size(); ++where_at_) {
+      const char c = text_[where_at_];
+      if (c == '\n') { ++where_line_; where_col_ = 1; }
+      else if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++where_col_;
     }
-    return std::to_string(line) + ":" + std::to_string(col);
+    return std::to_string(where_line_) + ":" + std::to_string(where_col_);
   }
+  mutable std::size_t where_at_ = 0, where_line_ = 1, where_col_ = 1;
   unexpected<error> fail(std::string what) const { return fail_at(i_, std::move(what)); }
   unexpected<error> fail_at(std::size_t at, std::string what) const {
     return unexpected(error{where(at), std::move(what)});

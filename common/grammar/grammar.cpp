@@ -52,10 +52,10 @@ std::string grammar::to_gbnf() const {
 }
 
 expected<std::uint32_t, error> grammar_builder::declare(std::string_view name) {
-  for (std::uint32_t i = 0; i < rules_.size(); ++i)
-    if (rules_[i].name == name) return i;
+  if (auto it = rule_index_.find(std::string{name}); it != rule_index_.end()) return it->second;
   if (rules_.size() >= lim_.max_rules)
     return unexpected(error{"", "more than " + std::to_string(lim_.max_rules) + " rules"});
+  rule_index_.emplace(std::string{name}, static_cast<std::uint32_t>(rules_.size()));
   rules_.push_back({std::string{name}, {}});
   defined_.push_back(false);
   first_ref_.emplace_back();
@@ -83,10 +83,9 @@ expected<void, error> grammar_builder::add_alternative(std::uint32_t rule, std::
 }
 
 std::uint32_t grammar_builder::add_class(const byte_class& c) {
-  for (std::uint32_t i = 0; i < classes_.size(); ++i)
-    if (classes_[i] == c) return i;
-  classes_.push_back(c);
-  return static_cast<std::uint32_t>(classes_.size() - 1);
+  auto [it, added] = class_index_.emplace(c.bits, static_cast<std::uint32_t>(classes_.size()));
+  if (added) classes_.push_back(c);
+  return it->second;
 }
 
 void grammar_builder::note_reference(std::uint32_t rule, std::string where) {
@@ -103,17 +102,36 @@ expected<std::shared_ptr<const grammar>, error> grammar_builder::finish(std::str
   }
   if (root == n) return unexpected(error{"", "no rule named '" + std::string{root_name} + "'"});
 
-  // Nullable rules, to a fixpoint.
+  // Nullable rules, in time linear in the grammar: an alternative without byte classes waits for
+  // its references to become nullable (a count per alternative, decremented through a reverse
+  // index), so a long chain declared in the worst order costs no more than in the best.
   std::vector<bool> nullable(n, false);
-  for (bool changed = true; changed;) {
-    changed = false;
+  {
+    struct alt_ref { std::uint32_t rule; std::uint32_t alt; };
+    std::vector<std::vector<alt_ref>> used_in(n);
+    std::vector<std::vector<std::uint32_t>> waiting(n); // per rule, per alternative
+    std::vector<std::uint32_t> ready;
     for (std::uint32_t r = 0; r < n; ++r) {
-      if (nullable[r]) continue;
-      for (const auto& alt : rules_[r].alts) {
-        bool all = std::all_of(alt.begin(), alt.end(), [&](const element& e) {
-          return e.k == element::kind::ref && nullable[e.arg];
-        });
-        if (all) { nullable[r] = true; changed = true; break; }
+      waiting[r].resize(rules_[r].alts.size());
+      for (std::uint32_t a = 0; a < rules_[r].alts.size(); ++a) {
+        const auto& alt = rules_[r].alts[a];
+        if (std::any_of(alt.begin(), alt.end(), [](const element& e) { return e.k != element::kind::ref; })) {
+          waiting[r][a] = ~0u; // never nullable
+          continue;
+        }
+        waiting[r][a] = static_cast<std::uint32_t>(alt.size());
+        for (const element& e : alt) used_in[e.arg].push_back({r, a});
+        if (alt.empty() && !nullable[r]) { nullable[r] = true; ready.push_back(r); }
+      }
+    }
+    while (!ready.empty()) {
+      const std::uint32_t s = ready.back();
+      ready.pop_back();
+      for (const alt_ref& u : used_in[s]) {
+        if (--waiting[u.rule][u.alt] == 0 && !nullable[u.rule]) {
+          nullable[u.rule] = true;
+          ready.push_back(u.rule);
+        }
       }
     }
   }

@@ -20,10 +20,12 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace kvlane::grammar {
@@ -126,6 +128,8 @@ private:
   std::vector<bool> defined_;
   std::vector<std::string> first_ref_;
   std::vector<byte_class> classes_;
+  std::map<std::array<std::uint64_t, 4>, std::uint32_t> class_index_;
+  std::unordered_map<std::string, std::uint32_t> rule_index_;
   std::size_t element_count_ = 0;
 };
 

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -35,6 +36,21 @@ const std::set<std::string, std::less<>> supported = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "items", "minItems",
     "maxItems", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "pattern", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "format"};
+
+/// Nesting depth of a JSON value, without recursion (dump() recurses: a hostile `const` must be
+/// refused before it is written).
+std::size_t depth_of(const json& v) {
+  std::size_t deepest = 0;
+  std::vector<std::pair<const json*, std::size_t>> todo{{&v, 1}};
+  while (!todo.empty()) {
+    auto [j, d] = todo.back();
+    todo.pop_back();
+    deepest = std::max(deepest, d);
+    if (j->is_structured())
+      for (const auto& x : *j) todo.push_back({&x, d + 1});
+  }
+  return deepest;
+}
 
 std::string escape_pointer_token(const std::string& s) {
   std::string out;
@@ -135,6 +151,15 @@ private:
     return unexpected(error{ptr.empty() ? "/" : ptr, std::move(what)});
   }
 
+  /// `expr` as a rule name, so that text used more than once is not copied (nested copies
+  /// would grow exponentially with the schema's depth).
+  std::string as_rule(const std::string& expr) {
+    const bool name = !expr.empty() && std::all_of(expr.begin(), expr.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+    });
+    return name ? expr : new_rule(expr, "v");
+  }
+
   std::string new_rule(const std::string& body, const std::string& base = "s") {
     std::string name = base + "-" + std::to_string(counter_++);
     rules_ += name + " ::= " + body + "\n";
@@ -168,6 +193,9 @@ private:
         return fail(ptr + "/" + others[0], "'" + others[0] + "' beside '$ref' is not supported");
       return ref(s["$ref"], ptr + "/$ref", depth);
     }
+    for (const char* key : {"const", "enum"})
+      if (s.contains(key) && depth_of(s[key]) > opt_.lim.max_nesting)
+        return fail(ptr + "/" + key, std::string{"'"} + key + "' value nested deeper than " + std::to_string(opt_.lim.max_nesting) + " levels");
     if (s.contains("const")) {
       if (auto others = constraint_keys({"const", "type"}); !others.empty())
         return fail(ptr + "/" + others[0], "'" + others[0] + "' beside 'const' is not supported");
@@ -293,7 +321,7 @@ private:
       } else {
         auto v = visit(a, ptr + "/additionalProperties", depth + 1);
         if (!v) return v;
-        extra = *v;
+        extra = as_rule(*v);
       }
     } else if (props.empty()) {
       return any_object();
@@ -302,7 +330,7 @@ private:
     for (auto it = props.begin(); it != props.end(); ++it) {
       auto v = visit(it.value(), ptr + "/properties/" + escape_pointer_token(it.key()), depth + 1);
       if (!v) return v;
-      kvs.push_back({gbnf_literal(json(it.key()).dump() + ":") + " " + *v, required.count(it.key()) > 0});
+      kvs.push_back({as_rule(gbnf_literal(json(it.key()).dump() + ":") + " " + *v), required.count(it.key()) > 0});
     }
     const std::string extra_kv = extra.empty() ? "" : "json-string \":\" " + extra;
     // after_k: the rest once at least one property is out (each next one needs a comma);
@@ -325,7 +353,7 @@ private:
       if (s["items"].is_array()) return fail(ptr + "/items", "'items' as an array (tuple validation) is not supported");
       auto v = visit(s["items"], ptr + "/items", depth + 1);
       if (!v) return v;
-      item = *v;
+      item = as_rule(*v);
     } else {
       item = any_value();
     }
@@ -447,7 +475,11 @@ expected<std::shared_ptr<const grammar>, error> compile_json_schema(std::string_
                                                                     const json_schema_options& opt) {
   auto text = json_schema_to_gbnf(schema, opt);
   if (!text) return unexpected(text.error());
-  auto g = compile_gbnf(*text, opt.lim);
+  // The generated text nests a few parentheses per schema level: its own nesting bound follows
+  // from the schema's.
+  limits lim = opt.lim;
+  lim.max_nesting = 8 * opt.lim.max_nesting + 64;
+  auto g = compile_gbnf(*text, lim);
   if (!g) return unexpected(error{"", "internal: the generated grammar does not compile: " + g.error().message()});
   return g;
 }

@@ -8,7 +8,15 @@ namespace kvlane::grammar {
 matcher::matcher(std::shared_ptr<const grammar> g, matcher_limits lim) : g_(std::move(g)), lim_(lim) {
   for (std::uint32_t start : g_->alternatives(g_->root())) work_.push_back({start, nil});
   bool accept = false, ctx_exit = false;
-  close(accept, ctx_exit); // the initial expansion of a grammar that passed finish() stays in bounds
+  if (!close(accept, ctx_exit)) {
+    // Past a bound already (a grammar with exponentially many ways to start): a matcher that
+    // takes nothing, rather than one that silently lost stacks.
+    exhausted_ = true;
+    work_.clear();
+    heads_.clear();
+    nodes_.clear();
+    accept = false;
+  }
   history_.push_back({static_cast<std::uint32_t>(heads_.size()), static_cast<std::uint32_t>(nodes_.size()), accept});
 }
 
@@ -23,18 +31,27 @@ matcher::matcher(std::shared_ptr<const grammar> g, std::span<const std::uint32_t
   history_.push_back({1, static_cast<std::uint32_t>(nodes_.size()), false});
 }
 
+bool matcher::first_visit(std::uint64_t key) {
+  if (seen_.size() < 64) {
+    if (std::find(seen_.begin(), seen_.end(), key) != seen_.end()) return false;
+    seen_.push_back(key);
+    if (seen_.size() == 64) seen_many_.insert(seen_.begin(), seen_.end());
+    return true;
+  }
+  return seen_many_.insert(key).second;
+}
+
 bool matcher::close(bool& accept, bool& ctx_exit) {
   const auto elements = g_->elements();
   seen_.clear();
+  seen_many_.clear();
+  std::size_t steps = 0;
   const std::size_t first_head = heads_.size();
   while (!work_.empty()) {
     auto [pos, parent] = work_.back();
     work_.pop_back();
-    const std::uint64_t key = (static_cast<std::uint64_t>(pos) << 32) | parent;
-    if (std::find(seen_.begin(), seen_.end(), key) != seen_.end()) continue;
-    seen_.push_back(key);
-    if (seen_.size() > 8 * static_cast<std::size_t>(lim_.max_heads) || nodes_.size() + 2 > lim_.max_nodes)
-      return false;
+    if (!first_visit((static_cast<std::uint64_t>(pos) << 32) | parent)) continue;
+    if (++steps > lim_.max_closure || nodes_.size() + 2 > lim_.max_nodes) return false;
     const element& e = elements[pos];
     switch (e.k) {
       case element::kind::bytes:
@@ -66,6 +83,7 @@ bool matcher::close(bool& accept, bool& ctx_exit) {
 
 bool matcher::feed(std::uint8_t b) {
   const entry cur = history_.back();
+  if (history_.size() == 1 && cur.heads_end == 0 && exhausted_) return false;
   const std::uint32_t begin = heads_begin(history_.size() - 1);
   const auto elements = g_->elements();
   work_.clear();
@@ -106,7 +124,7 @@ void matcher::rollback_to(std::size_t pos) {
   history_.resize(pos + 1);
   heads_.resize(history_.back().heads_end);
   nodes_.resize(history_.back().nodes_end);
-  exhausted_ = false;
+  exhausted_ = history_.size() == 1 && history_.back().heads_end == 0 && !history_.back().accept && exhausted_;
 }
 
 byte_class matcher::next_bytes() const {

@@ -14,9 +14,10 @@
 // save() writes the arena and history as bytes that restore() checks index by index before
 // trusting them (a corrupt or foreign buffer is an error, never a crash).
 //
-// Bounds: at most `max_heads` stacks per state and `max_nodes` nodes (memory ~ 8 bytes a node
-// plus 16 bytes a byte of history); a byte that would pass either bound is rejected and
-// exhausted() turns true.
+// Bounds: at most `max_heads` stacks per state, `max_nodes` nodes (memory ~ 8 bytes a node
+// plus 16 bytes a byte of history) and `max_closure` expansion steps per byte; a byte that would
+// pass a bound is rejected and exhausted() turns true (from construction on, if the start
+// already passes one: such a matcher accepts nothing).
 //
 // Ownership and threading: a value type (copyable, movable) owned by one sequence and used by
 // one thread at a time; it holds the grammar through a shared_ptr<const grammar>.
@@ -28,6 +29,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 namespace kvlane::grammar {
@@ -35,6 +37,7 @@ namespace kvlane::grammar {
 struct matcher_limits {
   std::uint32_t max_heads = 1024;
   std::uint32_t max_nodes = 1u << 22;
+  std::uint32_t max_closure = 1u << 16; ///< expansion steps for one byte
 };
 
 class matcher {
@@ -100,7 +103,9 @@ private:
   bool exhausted_ = false;
   // Scratch of one step, kept to avoid allocating per byte.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> work_;
-  std::vector<std::uint64_t> seen_;
+  std::vector<std::uint64_t> seen_;              ///< small closures: a linear scan is fastest
+  std::unordered_set<std::uint64_t> seen_many_;  ///< past 64 entries
+  bool first_visit(std::uint64_t key);
 };
 
 } // namespace kvlane::grammar

@@ -101,3 +101,16 @@ TEST_CASE("grammar gbnf: limits bound repetition, nesting, rule count and expand
   small.max_rules = 3;
   CHECK(error_of("root ::= a b c\na ::= \"1\"\nb ::= \"2\"\nc ::= \"3\"\n", small).find("more than 3 rules") != std::string::npos);
 }
+
+TEST_CASE("grammar gbnf: a long chain of nullable rules declared in the worst order compiles") {
+  // r0 ::= r1, r1 ::= r2, ... each nullable only once the next is known to be: a fixpoint pass
+  // over all rules per rule would be quadratic in the rule count.
+  std::string text = "root ::= r0 \"x\"\n";
+  const int n = 20000;
+  for (int k = 0; k < n; ++k) text += "r" + std::to_string(k) + " ::= r" + std::to_string(k + 1) + "\n";
+  text += "r" + std::to_string(n) + " ::= \"y\" | \"\"\n";
+  auto sut = gbnf(text);
+  CHECK(accepts(sut, "x"));
+  CHECK(accepts(sut, "yx"));
+  CHECK_FALSE(accepts(sut, "yyx"));
+}

@@ -158,3 +158,17 @@ TEST_CASE("grammar json_schema: the json_object grammar accepts any object to it
   REQUIRE(sut != nullptr);
   check_all(sut, {"{}", R"({"a":[1,{"b":null}]})"}, {"[]", "1", R"({"a":[[[1]]]})", R"({"a" :1})"});
 }
+
+TEST_CASE("grammar json_schema: deep schemas and deep const values are refused with an error, not a crash") {
+  std::string deep_const = "{\"const\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  CHECK(error_of(deep_const) == "/const: 'const' value nested deeper than 64 levels");
+  std::string deep_schema;
+  for (int k = 0; k < 100; ++k) deep_schema += "{\"type\":\"array\",\"items\":";
+  deep_schema += "{\"type\":\"integer\"}" + std::string(100, '}');
+  CHECK(error_of(deep_schema).find("schema nested deeper than 64 levels") != std::string::npos);
+  // Within the bound, nested arrays compile (the generated text nests deeper than the schema).
+  std::string ok_schema;
+  for (int k = 0; k < 30; ++k) ok_schema += "{\"type\":\"array\",\"items\":";
+  ok_schema += "{\"type\":\"integer\"}" + std::string(30, '}');
+  CHECK(accepts(schema(ok_schema), std::string(30, '[') + "7" + std::string(30, ']')));
+}

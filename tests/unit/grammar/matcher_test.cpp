@@ -121,3 +121,15 @@ TEST_CASE("grammar matcher: the node bound rejects input past it and says so") {
   CHECK(fed < 64);
   CHECK(sut.exhausted());
 }
+
+TEST_CASE("grammar matcher: a grammar whose start passes the bounds gives an exhausted matcher that accepts nothing") {
+  // r0 ::= r1 r1, r1 ::= r2 r2, ...: 2^30 ways to derive the empty prefix.
+  std::string text = "root ::= r0 \"x\"\n";
+  for (int k = 0; k < 30; ++k) text += "r" + std::to_string(k) + " ::= r" + std::to_string(k + 1) + " \"a\"? r" + std::to_string(k + 1) + "\n";
+  text += "r30 ::= \"y\" | \"\"\n";
+  matcher sut{gbnf(text)};
+  CHECK(sut.exhausted());
+  CHECK_FALSE(sut.can_end());
+  CHECK_FALSE(sut.feed('x'));
+  CHECK(sut.exhausted());
+}
