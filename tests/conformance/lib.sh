@@ -38,3 +38,19 @@ cleanup() {
   fi
   rm -rf "$tmp"
 }
+
+# start_daemon KVLANED CONFIG SCHEME: starts kvlaned on CONFIG (log in $tmp/daemon.log), waits
+# up to 20 s for "ready:", and sets `url` to the API's SCHEME://127.0.0.1:PORT from its log.
+start_daemon() {
+  "$1" --config "$2" >"$tmp/daemon.log" 2>&1 &
+  daemon_pid=$!
+  local i
+  for ((i = 0; ; i++)); do
+    grep -q "ready:" "$tmp/daemon.log" && break
+    kill -0 "$daemon_pid" 2>/dev/null || { cat "$tmp/daemon.log" >&2; fail "kvlaned exited early"; }
+    ((i < 200)) || { cat "$tmp/daemon.log" >&2; fail "kvlaned not ready in 20 s"; }
+    sleep 0.1 # polls a log file written by another process: no event to wait on
+  done
+  url=$(sed -n "s#.* on \\($3://127\\.0\\.0\\.1:[0-9]*\\).*#\\1#p" "$tmp/daemon.log" | head -n1)
+  [[ -n $url ]] || { cat "$tmp/daemon.log" >&2; fail "no $3:// URL in the daemon's log"; }
+}

@@ -40,16 +40,7 @@ max_bytes = "256MiB"
 listen = "127.0.0.1:0"
 api_key = "$key"
 TOML
-"$kvlaned" --config "$tmp/kvlane.toml" >"$tmp/daemon.log" 2>&1 &
-daemon_pid=$!
-for ((i = 0; ; i++)); do
-  grep -q "ready:" "$tmp/daemon.log" && break
-  kill -0 "$daemon_pid" 2>/dev/null || { cat "$tmp/daemon.log" >&2; fail "kvlaned exited early"; }
-  ((i < 200)) || { cat "$tmp/daemon.log" >&2; fail "kvlaned not ready in 20 s"; }
-  sleep 0.1
-done
-url=$(sed -n 's#.* on \(http://127\.0\.0\.1:[0-9]*\).*#\1#p' "$tmp/daemon.log" | head -n1)
-[[ -n $url ]] || { cat "$tmp/daemon.log" >&2; fail "no HTTP API URL in the daemon's log"; }
+start_daemon "$kvlaned" "$tmp/kvlane.toml" http
 
 # curl: SSE framing. Every event is one "data: " line and a blank line; the last is [DONE].
 auth=(-H "Authorization: Bearer $key" -H "Content-Type: application/json")

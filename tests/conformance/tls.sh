@@ -91,16 +91,7 @@ grep -qF "clear text" <<<"$out" || fail "--check does not say why: $out"
 echo "ok   a plaintext listener outside loopback is refused, naming allow_plaintext"
 
 config "$tmp/kvlane.toml" "127.0.0.1:0" "$tmp/server.pem" "$tmp/server.key"
-"$kvlaned" --config "$tmp/kvlane.toml" >"$tmp/daemon.log" 2>&1 &
-daemon_pid=$!
-for ((i = 0; ; i++)); do
-  grep -q "ready:" "$tmp/daemon.log" && break
-  kill -0 "$daemon_pid" 2>/dev/null || { cat "$tmp/daemon.log" >&2; fail "kvlaned exited early"; }
-  ((i < 200)) || { cat "$tmp/daemon.log" >&2; fail "kvlaned not ready in 20 s"; }
-  sleep 0.1
-done
-url=$(sed -n 's#.* on \(https://127\.0\.0\.1:[0-9]*\).*#\1#p' "$tmp/daemon.log" | head -n1)
-[[ -n $url ]] || { cat "$tmp/daemon.log" >&2; fail "no https:// URL in the daemon's log"; }
+start_daemon "$kvlaned" "$tmp/kvlane.toml" https
 port=${url##*:}
 
 # curl over https, trusting the test CA; by IP and by name.
