@@ -481,4 +481,21 @@ void generation::on_end(const actors::stream_end& end) {
     writer_->on_finish(s);
 }
 
+std::shared_ptr<generation> serve(service& svc, std::string_view body, generation::decoder decode,
+                                  const identity& who, const std::shared_ptr<responder>& out,
+                                  dialect d, writer_factory make) {
+  auto g = generation::start(
+    svc, std::string{body}, decode, who,
+    [&svc, make, weak = std::weak_ptr<responder>{out}](
+      expected<generation_request, api_error>& req) -> std::unique_ptr<generation_writer> {
+      auto out = weak.lock();
+      return out ? make(svc, req, out) : nullptr;
+    });
+  if (!g) {
+    out->respond(error_response(g.error(), d));
+    return nullptr;
+  }
+  return std::move(*g);
+}
+
 } // namespace kvlane::daemon::http

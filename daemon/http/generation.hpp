@@ -24,6 +24,7 @@
 #include "common/expected.hpp"
 #include "daemon/http/errors.hpp"
 #include "daemon/http/request_decoder.hpp"
+#include "daemon/http/responder.hpp"
 #include "daemon/http/stop_matcher.hpp"
 #include "ipc/utf8.hpp"
 
@@ -172,5 +173,17 @@ private:
   bool abandoned_ = false;
   bool finished_ = false;
 };
+
+/// An API's writer for a decoded request, built on the HTTP thread (or nullptr when it answered
+/// the request itself); see generation::preparer.
+using writer_factory = std::unique_ptr<generation_writer> (*)(
+  service& svc, expected<generation_request, api_error>& req, const std::shared_ptr<responder>& out);
+
+/// generation::start for an endpoint answering on `out`: the writer comes from `make` while
+/// `out` is still open; an error of start itself is answered in `d`'s shape. Returns the
+/// running generation, or nullptr when it was answered.
+std::shared_ptr<generation> serve(service& svc, std::string_view body, generation::decoder decode,
+                                  const identity& who, const std::shared_ptr<responder>& out,
+                                  dialect d, writer_factory make);
 
 } // namespace kvlane::daemon::http

@@ -133,18 +133,7 @@ std::unique_ptr<generation_writer> writer_for(service& svc,
 
 std::shared_ptr<generation> run(service& svc, std::string_view body, generation::decoder decode,
                                 const identity& who, const std::shared_ptr<responder>& out) {
-  auto g = generation::start(
-    svc, std::string{body}, decode, who,
-    [&svc, weak = std::weak_ptr<responder>{out}](
-      expected<generation_request, api_error>& req) -> std::unique_ptr<generation_writer> {
-      auto out = weak.lock();
-      return out ? writer_for(svc, req, out) : nullptr;
-    });
-  if (!g) {
-    out->respond(error_response(g.error(), dialect::ollama));
-    return nullptr;
-  }
-  return std::move(*g);
+  return serve(svc, body, decode, who, out, dialect::ollama, writer_for);
 }
 
 json details() {
