@@ -218,7 +218,15 @@ llama_backend::create(std::string model_name, const llamacpp_options& opts) {
   i.caps.extent = snapshot_extent::used_length;
   i.caps.snapshots = true;
   b->held_.assign(opts.slots, 0);
-  if (auto calibrated = b->calibrate_snapshots(); !calibrated)
+  // The calibration decodes run on a thread that ends here. With ggml's OpenMP build, the
+  // thread that runs a decode keeps a team of (threads - 1) libgomp workers for as long as
+  // it lives. A second team (this thread's, beside the compute lane's) leaves libgomp
+  // managing more threads than the box has CPUs, and it then cuts its spin-wait to 1,000
+  // iterations, so every ggml barrier (one per graph node) sleeps in futex: one-stream decode
+  // ran ~25% slower. docs/backends.md, "Threads".
+  expected<void, backend_error> calibrated;
+  std::thread([&] { calibrated = b->calibrate_snapshots(); }).join();
+  if (!calibrated)
     return unexpected(std::move(calibrated).error());
   i.snapshot_bytes = b->snapshot_size(i.max_context);
 

@@ -10,8 +10,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
+#include <string>
+#include <thread>
 
 using namespace kvlane;
 using backends::llama_backend;
@@ -298,4 +302,49 @@ TEST_CASE("llamacpp: bad steps, dumps and loads get precise errors and change no
   auto again = greedy(*sut, 0, len, logits, 8);
   prefill(*sut, 1, prompt);
   CHECK(greedy(*sut, 1, len, logits, 8) == again);
+}
+
+namespace {
+
+std::size_t threads_of_this_process() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+    ++n;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("llamacpp: creating a backend leaves no decode threads behind, only the thread that steps "
+          "keeps its workers") {
+  // docs/backends.md "Threads": a thread that decodes keeps (threads - 1) OpenMP workers while
+  // it lives; a second such team throttles libgomp's barriers. The thread that creates the
+  // backend lives on (as the daemon's does), so its count shows whether create left a team.
+  auto opts = test::tiny_llama_options();
+  REQUIRE(opts.threads == 2);
+  std::size_t before = 0;
+  std::size_t after_create = 0;
+  std::size_t after_step = 0;
+  std::string failure;
+  std::thread creator([&] {
+    before = threads_of_this_process();
+    auto made = llama_backend::create("tiny", opts);
+    if (!made) {
+      failure = made.error().message;
+      return;
+    }
+    after_create = threads_of_this_process();
+    const std::array<token_id, 1> t{token_id{1}};
+    const step_row row{0, 0, t};
+    backends::step_output out;
+    if (auto s = (*made)->step(std::span(&row, 1), out); !s) {
+      failure = s.error().message;
+      return;
+    }
+    after_step = threads_of_this_process();
+  });
+  creator.join();
+  REQUIRE_MESSAGE(failure.empty(), failure);
+  CHECK(after_create == before);
+  CHECK(after_step == before + 1);
 }
