@@ -37,6 +37,9 @@ public:
     const auto slots = static_cast<std::uint32_t>(free_.size());
     spare_ = slots == 0 ? 0 : std::min(in.spare_slots, slots - 1);
     target_size_ = plan_target_size(slots, in.spare_slots, preemptive_);
+    for (const auto& c : seqs_)
+      if (c.state == kv_state::resident || c.state == kv_state::loading)
+        soonest_end_ms_ = std::min(soonest_end_ms_, c.expected_end_ms);
   }
 
   void run() {
@@ -59,9 +62,10 @@ private:
         continue;
       }
       if (!slot && preemptive_) {
+        waiting_ = true;
         // A dump queued behind other transfers would hold its slot idle:
         // the victim keeps computing until the lane is free.
-        auto* victim = pick_victim();
+        auto* victim = pick_victim(soonest_end_ms_);
         if (victim && (pending_ == 0 || victim->recompute_cheaper))
           evict(*victim); // a recompute frees the slot at once, a dump later
         slot = free_slot();
@@ -75,7 +79,9 @@ private:
   // until then the victims keep computing.
   void restore_spare() {
     while (free_slots() + promised_ < spare_) {
-      auto* victim = pick_victim();
+      // A target sequence left waiting would take the spare next: the same
+      // rule as for its own victim. Otherwise only the victim's end can veto.
+      auto* victim = pick_victim(waiting_ ? soonest_end_ms_ : preemption_case::unknown);
       if (!victim)
         break;
       if (pending_ > 0 && !victim->recompute_cheaper)
@@ -85,11 +91,14 @@ private:
     }
   }
 
-  // The lowest-ranked resident outside the target that is not in the step.
-  slot_candidate* pick_victim() {
+  // The lowest-ranked resident outside the target, not in the step, whose
+  // eviction pays against waiting `wait_avoided_ms` for a slot.
+  slot_candidate* pick_victim(double wait_avoided_ms) {
     for (std::size_t i = seqs_.size(); i-- > target_size_;) {
       auto& s = seqs_[i];
-      if (s.state == kv_state::resident && !s.in_step)
+      if (s.state != kv_state::resident || s.in_step)
+        continue;
+      if (preemption_pays({s.eviction_ms, s.expected_end_ms, s.end_at_most_ms, wait_avoided_ms}))
         return &s;
     }
     return nullptr;
@@ -132,6 +141,8 @@ private:
   std::uint32_t promised_;
   std::uint32_t spare_ = 0;
   std::size_t target_size_ = 0;
+  double soonest_end_ms_ = preemption_case::unknown; ///< of the residents
+  bool waiting_ = false; ///< a target sequence found no slot to take
 };
 
 } // namespace

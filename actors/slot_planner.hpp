@@ -14,7 +14,11 @@
 // way: lowest-ranked residents outside the target go while the lane is idle;
 // until then they keep computing. A resident in the running step is never a
 // victim. Swap or recompute is the cost model's choice, passed in per
-// sequence.
+// sequence. A victim is taken only where preemption_pays: for a target
+// sequence, its eviction must cost less than the wait it avoids (the soonest
+// expected end among the residents), and no victim is taken that would end
+// before its eviction is done; the lowest-ranked resident for which that
+// holds is the victim.
 //
 // Carrying out a decision can turn out otherwise than asked (the store may
 // have no room for a swap, a parked snapshot may have been evicted), and later
@@ -24,6 +28,7 @@
 // Pure: no clock, no actor, no store. Threading: call from one thread.
 
 #include "actors/messages.hpp"
+#include "actors/preemption_rule.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -57,6 +62,11 @@ struct slot_candidate {
   std::optional<slot_id> slot;
   bool in_step = false;           ///< part of the running step: cannot be evicted now
   bool recompute_cheaper = false; ///< the cost model's choice if it is evicted
+  // Residents, for preemption_pays (actors/preemption_rule); the defaults
+  // (nothing known) leave every eviction to the rank order.
+  double eviction_ms = 0; ///< what evicting it costs, the way recompute_cheaper says
+  double expected_end_ms = preemption_case::unknown; ///< until it ends if left alone
+  double end_at_most_ms = preemption_case::unknown;  ///< until it ends at the latest
 };
 
 struct slot_plan_input {

@@ -265,3 +265,59 @@ TEST_CASE("slot_planner: the best plan_target_size ranked sequences plus the oth
     CHECK(reduced.plan(reduced_actions) == all.plan(full_actions));
   }
 }
+
+namespace {
+
+/// A resident whose eviction costs `eviction_ms` and that ends in `expected_ms`
+/// (at most `at_most_ms`) if left alone.
+slot_candidate costed(seq_id id, slot_id slot, double eviction_ms, double expected_ms,
+                      double at_most_ms = actors::preemption_case::unknown) {
+  auto c = resident(id, slot);
+  c.eviction_ms = eviction_ms;
+  c.expected_end_ms = expected_ms;
+  c.end_at_most_ms = at_most_ms;
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("slot_planner: a resident expected to end before its eviction is done is not evicted, "
+          "a cheaper one above it is") {
+  planning_round r;
+  r.slots = 3; // target 2 + 1 spare
+  r.ranked = {queued(7), costed(1, 0, 40, 5000), costed(2, 1, 10, 900), costed(3, 2, 40, 30)};
+  // 3 (lowest) ends in 30 ms, sooner than its 40 ms swap; 2's 10 ms eviction beats waiting
+  // those 30 ms. 2's dump holds its slot until it ends.
+  CHECK(r.plan() == decisions{"evict 2 by swap"});
+}
+
+TEST_CASE("slot_planner: a target sequence does not evict when a resident's own end frees a slot "
+          "sooner than the eviction costs, nor is the spare restored for it") {
+  planning_round r;
+  r.slots = 2; // target 1 + 1 spare
+  r.ranked = {queued(7), costed(1, 0, 40, 30), costed(2, 1, 40, 5000)};
+  // 1 ends in 30 ms; evicting 2 (or 1) costs 40 ms: 7 waits for 1's slot.
+  CHECK(r.plan().empty());
+  // When the wait is longer than the eviction, the eviction goes ahead.
+  r.ranked[1].expected_end_ms = 600;
+  CHECK(r.plan() == decisions{"evict 2 by swap"});
+}
+
+TEST_CASE("slot_planner: a resident that ends before its eviction is done is not evicted to "
+          "restore the spare either") {
+  planning_round r;
+  r.ranked = {queued(7), costed(1, 0, 40, 5000), costed(2, 1, 40, 5000)};
+  CHECK(r.plan() == decisions{"admit 7 -> slot 2", "evict 2 by swap"});
+  r.ranked[2].expected_end_ms = 30;
+  CHECK(r.plan() == decisions{"admit 7 -> slot 2"});
+  r.ranked[2].expected_end_ms = 5000;
+  r.ranked[2].end_at_most_ms = 35; // its max_tokens
+  CHECK(r.plan() == decisions{"admit 7 -> slot 2"});
+}
+
+TEST_CASE("slot_planner: unknown costs leave every eviction to the rank order") {
+  planning_round r;
+  r.slots = 2;
+  r.ranked = {queued(7), costed(1, 0, 0, 1), costed(2, 1, 0, 1)};
+  CHECK(r.plan() == decisions{"evict 2 by swap"});
+}
