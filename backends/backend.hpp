@@ -21,12 +21,15 @@
 //    cannot overlap a transfer with compute, the implementation serializes
 //    internally and reports info().caps.transfer_overlaps_compute = false, so
 //    the scheduler knows concurrency gains nothing and plans serialized switches.
+//  - embed() is callable from any thread, concurrently with everything above;
+//    the backend decides where the work runs (docs/backends.md, "Embeddings").
 //  - Errors are values; no method throws.
 
 #include "common/expected.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -74,6 +77,9 @@ struct capabilities {
   /// dump() and load() work. When false (a device without per-slot transfers) they
   /// fail with invalid_argument, and the scheduler preempts by recompute only.
   bool snapshots = true;
+  /// Length of the vectors embed() produces; 0: the backend cannot produce embeddings
+  /// (embed() fails with invalid_argument).
+  std::uint32_t embedding_dimension = 0;
 };
 
 struct backend_info {
@@ -160,6 +166,35 @@ public:
   apply_chat_template(std::span<const chat_message> messages, bool add_generation_prompt) const;
 };
 
+/// Pooled embeddings of several inputs: `dimension` floats per input, in input order,
+/// each row of unit length (L2).
+struct embeddings {
+  std::uint32_t dimension = 0;
+  std::vector<float> values; ///< inputs x dimension
+  std::span<const float> row(std::size_t i) const noexcept {
+    return {values.data() + i * dimension, dimension};
+  }
+};
+
+/// What embed() is asked to do. `done` is called exactly once: on the calling thread before
+/// embed() returns, or later on a thread of the backend's own; it must not block for long
+/// (it runs where the next request's work would). `cancelled`, when set, is polled between
+/// batches from that thread; once it answers true the job ends early with device_failure.
+struct embedding_job {
+  std::vector<std::vector<token_id>> inputs; ///< each 1..info().max_context tokens of the vocabulary
+  std::function<bool()> cancelled;
+  std::function<void(expected<embeddings, backend_error>)> done;
+};
+
+/// Why `inputs` cannot be embedded by a backend described by `info`, if they cannot: no
+/// inputs, an empty input, one longer than max_context, a token outside the vocabulary
+/// (invalid_argument naming the input).
+std::optional<backend_error> check_embedding_inputs(const backend_info& info,
+                                                    std::span<const std::vector<token_id>> inputs);
+
+/// Scales `v` to unit length. False (and `v` unchanged) when its length is 0 or not finite.
+bool l2_normalize(std::span<float> v) noexcept;
+
 class backend {
 public:
   virtual ~backend() = default;
@@ -184,6 +219,12 @@ public:
   /// Restores `slot` from a snapshot of exactly snapshot_size(cache_len) bytes.
   virtual expected<void, backend_error> load(slot_id slot, std::uint32_t cache_len,
                                              std::span<const std::byte> source) = 0;
+
+  /// Computes the pooled, L2-normalised embedding of each of `job.inputs` (see
+  /// embedding_job for when `job.done` runs). A backend without the capability
+  /// (info().caps.embedding_dimension == 0) keeps this default, which answers
+  /// invalid_argument naming the model and its kind.
+  virtual void embed(embedding_job job);
 };
 
 } // namespace kvlane::backends

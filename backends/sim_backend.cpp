@@ -419,6 +419,7 @@ sim_backend::sim_backend(std::string model_name, const sim_options& opts, kv_reg
   info_.caps.transfer_overlaps_compute = opts.overlap != transfer_overlap::none;
   info_.caps.extent = opts.extent;
   info_.caps.snapshots = opts.snapshots;
+  info_.caps.embedding_dimension = embedding_dimension;
   dump_rng_ = mix64(seed_key_ ^ 0xD0D0ull);
   load_rng_ = mix64(seed_key_ ^ 0x10ADull);
   faults_[op_index(sim_op::step)].spec = opts.step_faults;
@@ -720,6 +721,45 @@ expected<void, backend_error> sim_backend::load(slot_id slot, std::uint32_t cach
   transfer_active_.store(false, std::memory_order_release);
   loads_.fetch_add(1, std::memory_order_relaxed);
   return {};
+}
+
+void sim_backend::embed(embedding_job job) {
+  if (auto bad = check_embedding_inputs(info_, job.inputs)) {
+    job.done(unexpected(std::move(*bad)));
+    return;
+  }
+  constexpr std::uint32_t dim = embedding_dimension;
+  embeddings out;
+  out.dimension = dim;
+  out.values.assign(job.inputs.size() * dim, 0.0f);
+  for (std::size_t i = 0; i < job.inputs.size(); ++i) {
+    const std::span<float> row{out.values.data() + i * dim, dim};
+    // A feature adds +-1 to the bucket its hash picks: inputs sharing tokens and bigrams
+    // share buckets, so their vectors are close.
+    const auto add = [&](std::uint64_t h) { row[h % dim] += (h >> 63) != 0 ? -1.0f : 1.0f; };
+    std::uint64_t whole = mix64(seed_key_ ^ 0xE3BEDull);
+    token_id prev = 0;
+    for (std::size_t k = 0; k < job.inputs[i].size(); ++k) {
+      const token_id t = job.inputs[i][k];
+      add(mix64(seed_key_ ^ (std::uint64_t{t} + 1)));
+      if (k > 0)
+        add(mix64(mix64(seed_key_ ^ (std::uint64_t{prev} + 1)) + t + 0x8000'0000ull));
+      whole = mix64(whole ^ (std::uint64_t{t} + 1));
+      prev = t;
+    }
+    // Inputs with the same tokens and bigrams in another order would share every bucket: a
+    // small dense component of the whole sequence's hash (length about 0.1, a tenth of one
+    // feature's) tells them apart.
+    std::uint64_t state = whole;
+    for (auto& x : row)
+      x += (unit_float(state) - 0.5f) * 0.02f;
+    if (!l2_normalize(row)) {
+      job.done(unexpected(backend_error{backend_errc::device_failure,
+                                        "sim: an embedding of length 0"}));
+      return;
+    }
+  }
+  job.done(std::move(out));
 }
 
 } // namespace kvlane::backends

@@ -19,9 +19,16 @@
 // and the call sleeps only the remainder. opts.overlap decides how a transfer
 // and a step interact (independent, mutually exclusive, or sharing speed).
 //
+// Embeddings (embed()) are deterministic stand-ins computed at once on the
+// calling thread, without modeled time: feature hashing of the input's tokens
+// and token bigrams into embedding_dimension signed buckets, plus a small
+// component seeded by a hash of the whole token sequence, L2-normalised. The
+// same tokens give the same vector (for the same seed), different tokens a
+// different one, and texts that share many bytes point in similar directions.
+//
 // Thread contract: that of backend (one compute thread calls step(), one
 // transfer thread calls dump()/load(), concurrently, never on the same slot).
-// inject() and counters() are callable from any thread.
+// inject(), counters() and embed() are callable from any thread.
 
 #include "backends/backend.hpp"
 #include "backends/byte_tokenizer.hpp"
@@ -55,6 +62,9 @@ struct sim_counters {
 
 class sim_backend final : public backend {
 public:
+  /// Length of the sim's embeddings (info().caps.embedding_dimension).
+  static constexpr std::uint32_t embedding_dimension = 256;
+
   /// Validates `opts` (invalid_argument naming the bad field) and reserves the
   /// KV memory (out_of_memory if the address space is not available).
   static expected<std::unique_ptr<sim_backend>, backend_error> create(std::string model_name,
@@ -73,6 +83,8 @@ public:
                                             std::span<std::byte> destination) override;
   expected<void, backend_error> load(slot_id slot, std::uint32_t cache_len,
                                      std::span<const std::byte> source) override;
+  /// Answers on the calling thread, before returning.
+  void embed(embedding_job job) override;
 
   /// Test API: replaces the fault spec of `op` and resets its call counter
   /// (and its fault RNG), so the next call of `op` is call 1 again.
