@@ -211,7 +211,9 @@ void show(service& svc, std::string_view body, responder& out) {
          {"details", details()},
          {"model_info", {{"general.context_length", m->info.max_context},
                          {"general.vocab_size", m->info.vocab_size}}},
-         {"capabilities", json::array({"completion"})}};
+         {"capabilities", m->info.caps.embedding_dimension > 0
+                            ? json::array({"completion", "embedding"})
+                            : json::array({"completion"})}};
   out.respond(json_response(to_json_text(j)));
 }
 

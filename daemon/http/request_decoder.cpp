@@ -627,6 +627,10 @@ expected<detokenize_request, api_error> decode_detokenize(std::string_view body)
   return r;
 }
 
+expected<nlohmann::json, api_error> parse_json_object(std::string_view body) {
+  return parse_object(body);
+}
+
 expected<std::string, api_error> decode_model_name(std::string_view body) {
   auto doc = parse_object(body);
   if (!doc)

@@ -14,6 +14,8 @@
 #include "common/expected.hpp"
 #include "daemon/http/errors.hpp"
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -77,5 +79,9 @@ expected<detokenize_request, api_error> decode_detokenize(std::string_view body)
 
 /// Ollama's POST /api/show and similar bodies that only name a model.
 expected<std::string, api_error> decode_model_name(std::string_view body);
+
+/// `body` as a JSON object, its nesting bounded by max_json_depth; else 400 invalid_json.
+/// For the decoders of other endpoints (embeddings_request).
+expected<nlohmann::json, api_error> parse_json_object(std::string_view body);
 
 } // namespace kvlane::daemon::http

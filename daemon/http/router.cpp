@@ -1,5 +1,6 @@
 #include "daemon/http/router.hpp"
 
+#include "daemon/http/embeddings.hpp"
 #include "daemon/http/ollama_api.hpp"
 #include "daemon/http/openai_api.hpp"
 #include "daemon/http/service.hpp"
@@ -106,6 +107,17 @@ std::shared_ptr<generation> route(service& svc, const request_view& req,
       wrong_method(p, "GET, HEAD", *out);
     else
       openai::retrieve_model(svc, p.substr(std::string_view{"/v1/models/"}.size()), *out);
+    return nullptr;
+  }
+  if (p == "/v1/embeddings" || p == "/api/embed" || p == "/api/embeddings") {
+    if (!post)
+      wrong_method(p, "POST", *out);
+    else if (p == "/v1/embeddings")
+      openai_embeddings(svc, req.body, *req.who, out);
+    else if (p == "/api/embed")
+      ollama_embed(svc, req.body, *req.who, out);
+    else
+      ollama_embeddings(svc, req.body, *req.who, out);
     return nullptr;
   }
   if (p == "/tokenize" || p == "/detokenize" || p == "/api/show") {

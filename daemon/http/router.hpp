@@ -2,7 +2,7 @@
 
 // kvlane::daemon::http::router — which handler answers a request.
 //
-// Maps method and path to the OpenAI, Ollama, tokenizer and health handlers;
+// Maps method and path to the OpenAI, Ollama, tokenizer, embedding and health handlers;
 // unknown paths get 404 and known paths with another method 405, in the
 // error shape of the path's API. Access checks (API key, CORS) happen before,
 // in the connection.
