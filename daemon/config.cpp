@@ -682,8 +682,15 @@ status parse_http(const reporter& r, const section& root, http_section& out) {
     }
   }
   KVLANE_CONFIG_TRY(read_int(r, s, "max_connections", out.max_connections, 1, 65536));
-  if (s.find("max_connections_per_peer") == nullptr)
-    out.max_connections_per_peer = std::min(out.max_connections_per_peer, out.max_connections);
+  if (s.find("max_connections_per_peer") == nullptr) {
+    // A loopback listener has one peer address, every local client's: a cap per peer would
+    // only be a smaller max_connections.
+    const auto where = out.listen.empty() ? std::nullopt : parse_http_listen(out.listen);
+    constexpr std::uint32_t beyond_loopback = 32;
+    out.max_connections_per_peer = where && !where->loopback
+                                     ? std::min(beyond_loopback, out.max_connections)
+                                     : out.max_connections;
+  }
   KVLANE_CONFIG_TRY(read_int(r, s, "max_connections_per_peer", out.max_connections_per_peer, 1,
                              out.max_connections));
   KVLANE_CONFIG_TRY(read_bytes(r, s, "max_body_bytes", out.max_body_bytes, kib, 256 * mib));

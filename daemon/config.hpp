@@ -110,9 +110,9 @@ struct http_section {
   std::uint32_t max_header_bytes = 16u << 10; ///< bytes of one request's start line and headers
   std::chrono::milliseconds idle_timeout{60000};  ///< a keep-alive connection may idle this long
   std::chrono::milliseconds header_timeout{10000}; ///< a request's headers must arrive within this
-  /// Open connections from one peer address; absent from the file: 32, or max_connections
-  /// when that is lower.
-  std::uint32_t max_connections_per_peer = 32;
+  /// Open connections from one peer address; absent from the file: max_connections on a
+  /// loopback listener (every client has its address), else 32 or max_connections if lower.
+  std::uint32_t max_connections_per_peer = 256;
   std::string tls_cert; ///< PEM certificate chain; with tls_key, the API speaks HTTPS only
   std::string tls_key;  ///< PEM private key of tls_cert
   /// A non-loopback listen without TLS is refused unless this is set (a TLS proxy in front).

@@ -225,7 +225,7 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.http.max_header_bytes == 16'384);
   CHECK(sut.http.idle_timeout == std::chrono::milliseconds(60000));
   CHECK(sut.http.header_timeout == std::chrono::milliseconds(10000));
-  CHECK(sut.http.max_connections_per_peer == 32);
+  CHECK(sut.http.max_connections_per_peer == 256); // = max_connections on loopback
   CHECK(sut.http.tls_cert == "");
   CHECK(sut.http.tls_key == "");
   CHECK_FALSE(sut.http.allow_plaintext);
@@ -918,6 +918,21 @@ TEST_CASE("config: tls_cert and tls_key go together, as absolute paths") {
               "http.tls_cert", 5);
   check_error(parse_error(std::string{minimal} + "[http]\nallow_plaintext = \"yes\"\n"),
               "http.allow_plaintext", 5);
+}
+
+TEST_CASE("config: max_connections_per_peer defaults to 32 beyond loopback and to max_connections on "
+          "loopback, where every client has one address") {
+  const std::string beyond = std::string{minimal}
+                             + "[http]\nlisten = \"0.0.0.0:8471\"\napi_key = \"k1\"\n"
+                               "allow_plaintext = true\n";
+  CHECK(parse_ok(beyond).http.max_connections_per_peer == 32);
+  CHECK(parse_ok(beyond + "max_connections = 8\n").http.max_connections_per_peer == 8);
+  CHECK(parse_ok(std::string{minimal} + "[http]\nlisten = \"127.0.0.1:8471\"\n")
+          .http.max_connections_per_peer
+        == 256);
+  CHECK(parse_ok(std::string{minimal} + "[http]\nlisten = \"[::1]:8471\"\nmax_connections = 40\n")
+          .http.max_connections_per_peer
+        == 40);
 }
 
 TEST_CASE("config: max_connections_per_peer is 1..max_connections, its default at most max_connections") {
