@@ -165,6 +165,42 @@ check("ollama: list, generate streaming, chat non-streaming", async () => {
     (e) => e.status_code === 404);
 });
 
+check("embeddings.create: base64 by default, floats on request, the same unit vectors", async () => {
+  const input = ["kv caches park on the host", "the compute lane keeps stepping"];
+  // Without encoding_format the SDK asks for base64 and decodes it itself.
+  const packed = await openai.embeddings.create({ model, input });
+  assert.equal(packed.object, "list");
+  assert.equal(packed.data.length, 2);
+  assert.equal(packed.data[1].index, 1);
+  const floats = await openai.embeddings.create({ model, input, encoding_format: "float" });
+  for (let i = 0; i < 2; i++) {
+    const v = floats.data[i].embedding;
+    assert.equal(v.length, 256); // the sim's dimension
+    // The same float32 values: base64 carries their bits, JSON their shortest decimal form.
+    assert.deepEqual(Array.from(packed.data[i].embedding), v.map(Math.fround));
+    const norm = Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+    assert.ok(Math.abs(norm - 1) < 1e-5, `norm ${norm}`);
+  }
+  assert.notDeepEqual(floats.data[0].embedding, floats.data[1].embedding);
+  assert.ok(floats.usage.prompt_tokens > 0);
+  assert.equal(floats.usage.total_tokens, floats.usage.prompt_tokens);
+  await assert.rejects(openai.embeddings.create({ model, input: "x", dimensions: 8 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "dimensions");
+});
+
+check("ollama: embed and the legacy embeddings give the vectors of /v1/embeddings", async () => {
+  const text = "kv caches park on the host";
+  const want = (await openai.embeddings.create({ model, input: text, encoding_format: "float" })).data[0].embedding;
+  const r = await ollama.embed({ model, input: [text, "another"] });
+  assert.equal(r.embeddings.length, 2);
+  assert.deepEqual(r.embeddings[0], want);
+  assert.ok(r.prompt_eval_count > 0);
+  assert.ok(r.total_duration > 0);
+  const legacy = await ollama.embeddings({ model, prompt: text });
+  assert.deepEqual(legacy.embedding, want);
+  await assert.rejects(ollama.embed({ model: "nope", input: "x" }), (e) => e.status_code === 404);
+});
+
 let failed = 0;
 for (const [name, fn] of checks) {
   try {
