@@ -55,6 +55,11 @@ void init_llama_once() {
   });
 }
 
+/// Tokens per embedding decode: what the compute lane may wait for between two steps, and
+/// the rows of the embedding context's output buffers (every token's logits, which llama.cpp
+/// computes in embeddings mode too: 64 x 128k vocabulary = 32 MiB).
+constexpr std::uint32_t embedding_batch = 64;
+
 ggml_type kv_ggml_type(llama_kv_type t) {
   switch (t) {
     case llama_kv_type::f16: return GGML_TYPE_F16;
@@ -217,6 +222,30 @@ llama_backend::create(std::string model_name, const llamacpp_options& opts) {
   i.caps.transfer_overlaps_compute = false;
   i.caps.extent = snapshot_extent::used_length;
   i.caps.snapshots = true;
+  i.caps.embedding_dimension = static_cast<std::uint32_t>(std::max(0, llama_model_n_embd_out(model)));
+  // The embedding context is made by the embedder's worker on its first job: a model that
+  // only serves allocates nothing for embeddings and starts no thread.
+  auto ep = cp;
+  ep.n_seq_max = 1;
+  ep.n_ctx = i.max_context;
+  ep.n_batch = ep.n_ubatch = std::min<std::uint32_t>(opts.batch, embedding_batch);
+  ep.n_threads = static_cast<std::int32_t>(threads_batch); // every decode is a prompt's
+  ep.embeddings = true;
+  // Pooled by the embedder (mean), across batches: the context pools nothing. Left unspecified
+  // when the GGUF names no pooling (it then means none, without llama.cpp's warning).
+  const auto pooling = meta_string(model, (meta_string(model, "general.architecture") + ".pooling_type").c_str());
+  ep.pooling_type = pooling.empty() ? LLAMA_POOLING_TYPE_UNSPECIFIED : LLAMA_POOLING_TYPE_NONE;
+  if (!pooling.empty() && pooling != "0" && pooling != "1")
+    logging::get("backend")->warn("llamacpp {}: the GGUF names pooling type {}; kvlane's embeddings "
+                                  "pool by the mean of the hidden states",
+                                  i.model, pooling);
+  llama_embedder::settings es;
+  es.model = i.model;
+  es.dimension = i.caps.embedding_dimension;
+  es.batch = ep.n_batch;
+  b->embedder_ = std::make_unique<llama_embedder>(
+    std::move(es), [model = b->model_.get(), ep] { return llama_init_from_model(model, ep); },
+    b->turns_);
   b->held_.assign(opts.slots, 0);
   // The calibration decodes run on a thread that ends here. With ggml's OpenMP build, the
   // thread that runs a decode keeps a team of (threads - 1) libgomp workers for as long as
@@ -309,6 +338,7 @@ void llama_backend::trim_locked(slot_id slot, std::uint32_t cache_len) {
 expected<void, backend_error> llama_backend::step(std::span<const step_row> rows, step_output& out) {
   if (rows.empty())
     return unexpected(error(backend_errc::invalid_argument, "step with no rows"));
+  turns_.before_step();
   std::lock_guard lock(mutex_);
   std::size_t total = 0;
   auto& used = step_slot_used_;
@@ -466,6 +496,14 @@ expected<void, backend_error> llama_backend::load(slot_id slot, std::uint32_t ca
   }
   held_[slot] = cache_len;
   return {};
+}
+
+void llama_backend::embed(embedding_job job) {
+  if (auto bad = check_embedding_inputs(info_, job.inputs)) {
+    job.done(unexpected(std::move(*bad)));
+    return;
+  }
+  embedder_->submit(std::move(job));
 }
 
 } // namespace kvlane::backends

@@ -20,9 +20,12 @@
 // Thread contract: that of backend. One llama_context cannot run a transfer while it
 // decodes, so step, dump and load take one mutex and caps.transfer_overlaps_compute is
 // false: the scheduler learns that switches serialize, as on a device that cannot overlap.
+// Embeddings (embed()) run in a second context on a worker of their own (llama_embedder),
+// one batch at a time under that mutex, taking turns with step().
 
 #include "backends/backend.hpp"
 #include "backends/llamacpp/gguf_tokenizer.hpp"
+#include "backends/llamacpp/llama_embedder.hpp"
 #include "backends/llamacpp_options.hpp"
 
 #include <memory>
@@ -71,6 +74,11 @@ public:
                                             std::span<std::byte> destination) override;
   expected<void, backend_error> load(slot_id slot, std::uint32_t cache_len,
                                      std::span<const std::byte> source) override;
+  /// Checks the inputs, then queues the job on the embedding worker; `done` runs there.
+  void embed(embedding_job job) override;
+
+  /// Test API: the embedding worker.
+  llama_embedder& embedder() noexcept { return *embedder_; }
 
 private:
   struct model_deleter {
@@ -110,6 +118,9 @@ private:
   double fault_rate_ = 0;            ///< guarded by mutex_
   std::uint64_t fault_rng_ = 0;
   std::uint64_t injected_ = 0;
+  device_turns turns_{mutex_};       ///< step() lets a waiting embedding batch go first
+  /// Declared last: its worker, which decodes with model_, is joined first.
+  std::unique_ptr<llama_embedder> embedder_;
 };
 
 } // namespace kvlane::backends
