@@ -1,12 +1,14 @@
 // libFuzzer target for the HTTP API's request decoder (built with clang:
 // -fsanitize=fuzzer,address,undefined; see tests/CMakeLists.txt).
 //
-// The first byte picks the decoder; the rest is the request body. Every
+// The first byte picks the decoder (0xF0 and up: the embedding endpoints'); the rest is the
+// request body. Every
 // decoder must return a value or an api_error with a 4xx status and a
 // message, and an accepted request must satisfy the decoder's own limits.
 // Stop strings from accepted requests also drive the stop matcher over the
 // body split at every 7th byte. Any crash, sanitizer report or broken
 // invariant (__builtin_trap) is a bug.
+#include "daemon/http/embeddings_request.hpp"
 #include "daemon/http/request_decoder.hpp"
 #include "daemon/http/stop_matcher.hpp"
 
@@ -57,12 +59,40 @@ void check_generation(const kvlane::expected<http::generation_request, http::api
   check(body.substr(0, released.size()) == released); // a prefix, never altered text
 }
 
+void check_embedding(const kvlane::expected<http::embedding_request, http::api_error>& r) {
+  check_error_or(r);
+  if (!r)
+    return;
+  check(!r->model.empty());
+  check(r->texts.empty() || r->token_inputs.empty());
+  check(r->texts.size() <= http::max_embedding_inputs);
+  check(r->token_inputs.size() <= http::max_embedding_inputs);
+  std::size_t tokens = 0;
+  for (const auto& t : r->token_inputs) {
+    check(!t.empty());
+    tokens += t.size();
+  }
+  check(tokens <= http::max_embedding_tokens);
+  for (const auto& t : r->texts)
+    check(!t.empty());
+  check(!r->dimensions || *r->dimensions >= 1);
+  check(!r->num_ctx || *r->num_ctx >= 1);
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0)
     return 0;
   const std::string_view body{reinterpret_cast<const char*>(data) + 1, size - 1};
+  if (data[0] >= 0xF0) { // the embedding endpoints (below it, the first seeds' choices stay)
+    switch ((data[0] - 0xF0) % 3) {
+      case 0: check_embedding(http::decode_openai_embeddings(body)); break;
+      case 1: check_embedding(http::decode_ollama_embed(body)); break;
+      case 2: check_embedding(http::decode_ollama_embeddings(body)); break;
+    }
+    return 0;
+  }
   switch (data[0] % 7) {
     case 0: check_generation(http::decode_chat_completion(body), body); break;
     case 1: check_generation(http::decode_completion(body), body); break;
