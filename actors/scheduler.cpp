@@ -112,7 +112,8 @@ public:
     }
     auto seq = std::make_unique<sequence>(s);
     seq->position = st_.mlfq.enter(s.priority, seq->prompt_len);
-    auto& added = st_.seqs.add(std::move(seq), s.fairness_unit.empty() ? s.client : s.fairness_unit);
+    auto& added =
+      st_.seqs.add(std::move(seq), s.fairness_unit.empty() ? s.client : s.fairness_unit);
     ++st_.stats.submitted;
     phase_changed(added, seq_phase::queued);
     schedule_after_burst();
@@ -216,7 +217,8 @@ public:
     if (!due)
       return;
     // idle_since() counts an entry idle once strictly past the TTL.
-    const auto in = std::max(*due - clock::now(), clock::duration::zero()) + std::chrono::milliseconds(1);
+    const auto in =
+      std::max(*due - clock::now(), clock::duration::zero()) + std::chrono::milliseconds(1);
     self_->delayed_send(self_, std::chrono::ceil<std::chrono::milliseconds>(in), expire_atom::value,
                         ++st_.expiry_ticket);
   }

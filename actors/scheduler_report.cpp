@@ -49,7 +49,8 @@ scheduler_stats report_stats(const scheduler_stats& counters, const backends::ba
   const auto batch = static_cast<std::size_t>(priority_class::batch);
   out.without_slot_interactive =
     seqs.count(kv_state::queued)[interactive] + seqs.count(kv_state::parked)[interactive];
-  out.without_slot_batch = seqs.count(kv_state::queued)[batch] + seqs.count(kv_state::parked)[batch];
+  out.without_slot_batch =
+    seqs.count(kv_state::queued)[batch] + seqs.count(kv_state::parked)[batch];
   const auto full = info.caps.extent == backends::snapshot_extent::full_slot
                       ? info.snapshot_bytes
                       : info.snapshot_header_bytes + info.bytes_per_token * info.max_context;
