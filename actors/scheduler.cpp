@@ -6,6 +6,8 @@
 #include "actors/kv_keeper.hpp"
 #include "actors/lane.hpp"
 #include "actors/mlfq_policy.hpp"
+#include "actors/output_lengths.hpp"
+#include "actors/preemption_figures.hpp"
 #include "actors/overlap_meter.hpp"
 #include "actors/sequence_lifecycle.hpp"
 #include "actors/sequence_table.hpp"
@@ -63,6 +65,7 @@ struct scheduler_state {
   bool step_in_flight = false;
   clock::time_point step_started;
   cost_model costs;
+  output_lengths outputs; ///< finished lengths, for how long a resident runs on
   scheduler_stats stats;
   bool shutting_down = false;
   bool replan_queued = false; ///< a replan_atom is in the mailbox
@@ -289,7 +292,10 @@ public:
     switch (reason) {
       case end_reason::cancelled: ++st_.stats.cancelled; break;
       case end_reason::error: ++st_.stats.failed; break;
-      default: ++st_.stats.finished; break;
+      default:
+        ++st_.stats.finished;
+        st_.outputs.observe(s.generated);
+        break;
     }
   }
 
@@ -403,10 +409,17 @@ private:
         order.push_back(s);
     std::vector<slot_candidate> candidates;
     candidates.reserve(order.size());
+    const preemption_figures figures{st_.costs, st_.outputs, slot_holders().size(),
+                                     st_.info.max_prefill_chunk, st_.serialized};
     for (auto* s : order) {
       slot_candidate c{s->id, s->state, s->slot, s->in_step, false};
-      if (s->state == kv_state::resident && !s->in_step)
-        c.recompute_cheaper = would_recompute(*s);
+      if (s->state == kv_state::resident) {
+        if (!s->in_step)
+          c.recompute_cheaper = would_recompute(*s);
+        figures.fill({s->kv_len, s->tokens.size(), s->generated, s->smp.params().max_tokens,
+                      st_.setup.backend->snapshot_size(s->kv_len)},
+                     c);
+      }
       candidates.push_back(c);
     }
     // A warm slot is held for the planner; reclaim_warm freed what it needs.
