@@ -108,11 +108,8 @@ bool llama_embedder::wait_until_idle(std::chrono::milliseconds timeout) {
 }
 
 void llama_embedder::set_idle_exit(std::chrono::milliseconds idle) {
-  {
-    std::lock_guard lock(mu_);
-    idle_exit_ = idle;
-  }
-  cv_.notify_all();
+  std::lock_guard lock(mu_);
+  idle_exit_ = idle;
 }
 
 void llama_embedder::work() {
