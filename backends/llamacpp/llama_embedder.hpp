@@ -61,6 +61,8 @@ public:
   void before_step();
   /// The embedding worker: the device, locked.
   std::unique_lock<std::mutex> take();
+  /// Whether an embedding batch waits for the device now (tests).
+  bool waiting() const noexcept { return waiting_.load(std::memory_order_acquire); }
 
 private:
   std::mutex& device_;

@@ -227,6 +227,29 @@ TEST_CASE("llamacpp: a cancelled embedding job ends early, and bad inputs are re
   CHECK(e.error().message == "input 0 holds 513 tokens; model 'tiny' embeds at most 512 (max_context)");
 }
 
+TEST_CASE("llamacpp: device_turns: a waiting embedding batch holds the device before the compute lane's next step") {
+  std::mutex device;
+  backends::device_turns sut{device};
+  std::unique_lock step(device); // the compute lane is in a step
+  std::atomic<bool> done{false};
+  std::thread embedder([&] {
+    auto held = sut.take();
+    while (!done.load())
+      std::this_thread::yield(); // one embedding batch
+  });
+  while (!sut.waiting()) // the embedder has asked for the device (no event to wait on)
+    std::this_thread::yield();
+  step.unlock();
+  // With a plain mutex the lane could lock again at once; here it first lets the batch in.
+  sut.before_step();
+  CHECK_FALSE(device.try_lock());
+  done = true;
+  embedder.join();
+  sut.before_step(); // nobody waits: returns at once
+  CHECK(device.try_lock());
+  device.unlock();
+}
+
 namespace {
 
 std::string llama_http_config(const std::string& run_dir) {
