@@ -20,7 +20,7 @@ LLAMACPP ?= on
 MODEL    ?=
 
 .PHONY: all bootstrap build run test soak sanitize clean bench bench-load bench-sweep bench-reuse \
-        bench-two-models bench-realsize bench-build
+        bench-two-models bench-realsize bench-shapes bench-build
 
 all: build
 
@@ -75,6 +75,16 @@ bench-sweep: bench-build
 	./$(BUILD_DIR)/kvlane-bench --synthetic --requests 100 --prompt-mean 256 --output-mean 256 \
 	  --load 1.5 --interactive-share 0.2 --sweep-quantum --path inproc \
 	  --json $(BENCH_DIR)/sweep.json --plot $(BENCH_DIR)/sweep.png $(BENCH_FLAGS)
+
+# The grid (docs/benchmarks.md, "Workload shapes"): the conv trace, a Mooncake sample, a
+# prefill-heavy and a decode-heavy synthetic mix, each at loads 0.5-2.0 under the three device
+# models, every mode in each cell on the same requests; targets per cell and over the grid.
+bench-shapes: bench-build
+	@mkdir -p $(BENCH_DIR)
+	./$(BUILD_DIR)/kvlane-bench --shapes conv,mooncake,prefill-heavy,decode-heavy \
+	  --azure-trace $(BENCH_TRACE) --mooncake-trace $(BENCH_CONV_TRACE) --requests 100 \
+	  --interactive-share 0.2 --sweep 0.5,1.0,1.5,2.0 --devices none,shared,full --path inproc \
+	  --json $(BENCH_DIR)/shapes.json --plot $(BENCH_DIR)/shapes.png $(BENCH_FLAGS)
 
 # Conversation reuse on the Mooncake trace: 10% of its conversations, whole, at the trace's
 # own pace, prompts scaled 1/8 for the 4,096-token model; reuse off, slot and store, mode overlap.

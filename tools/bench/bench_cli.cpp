@@ -10,6 +10,7 @@
 #include "tools/bench/report.hpp"
 #include "tools/bench/report_json.hpp"
 #include "tools/bench/report_plot.hpp"
+#include "tools/bench/shape_run.hpp"
 
 #include <fmt/format.h>
 
@@ -51,6 +52,46 @@ std::string_view path_name(bench_path p) {
   return p == bench_path::inproc ? "inproc" : p == bench_path::ipc ? "ipc" : "both";
 }
 
+/// --shapes: each cell printed as it ends, then the grid; JSON and chart of the grid.
+int print_shapes(const bench_options& o, const bench_setup& setup, const bench_run_options& run) {
+  auto grid = run_shapes(o, setup, run, [](const shape_cell& c) {
+    const auto text = format_cell(c) + "\n";
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  });
+  if (!grid)
+    return fail(grid.error());
+  grid->ctx.command_line = o.command_line;
+  grid->ctx.profile_source = setup.profile_source;
+  grid->ctx.profile_toml = setup.profile_toml;
+  grid->ctx.cfg = setup.cfg;
+  grid->ctx.model = setup.model().name;
+  grid->ctx.path = std::string{path_name(o.path)};
+  grid->ctx.time_scale = setup.time_scale;
+  grid->ctx.slo = o.slo;
+  grid->ctx.slo_defaults = !o.slo_given;
+  const auto text = format_grid(*grid);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  int code = 0;
+  if (!o.json_out.empty()) {
+    const auto json = shapes_json(*grid).dump(2, ' ', false,
+                                              nlohmann::ordered_json::error_handler_t::replace);
+    if (auto ok = write_file(o.json_out, json + "\n"); !ok)
+      code = fail(exit_code::other, ok.error());
+    else if (run.progress)
+      run.progress("wrote " + o.json_out);
+  }
+  if (!o.plot_out.empty()) {
+    create_parent_directories(o.plot_out);
+    if (auto ok = render(shapes_plot(*grid), o.plot_out); !ok)
+      std::fprintf(stderr, "kvlane-bench: plot: %s\n", ok.error().c_str());
+    else if (run.progress)
+      run.progress("wrote " + o.plot_out);
+  }
+  return code;
+}
+
 } // namespace
 
 int run_bench(const bench_options& o) {
@@ -88,6 +129,8 @@ int run_bench(const bench_options& o) {
   auto setup = load_setup(o);
   if (!setup)
     return fail(setup.error());
+  if (!o.shapes.empty())
+    return print_shapes(o, *setup, run);
   const auto& model = setup->model();
 
   report_context ctx;

@@ -69,6 +69,10 @@ what to run:
                           process, one reuse policy (--reuse, default store)
   --burst-s S             --store-split: a conversation goes to model floor(t / S) mod 2,
                           t its first request's arrival in simulated s (default 300)
+  --shapes LIST           the grid: conv,mooncake,prefill-heavy,decode-heavy (the traces
+                          from --azure-trace and --mooncake-trace), each at every --sweep
+                          load (or --load) under every --devices assumption, all modes
+                          in each cell on the same requests; --requests per shape
   --sweep-quantum         halve scheduler.quantum_steps from its configured value until
                           a mode preempts >= 1 time per slot per simulated second
   --path inproc|ipc|both|http  inproc: an in-process engine (default); ipc: a kvlaned
@@ -146,6 +150,7 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
     o.command_line += " " + shell_quote(a);
   auto fail = [](std::string msg) { return unexpected(std::move(msg)); };
   bool sample_given = false, users_given = false, turns_given = false, burst_given = false;
+  bool synth_given = false; // a synthetic length or rate flag
   for (std::size_t i = 0; i < args.size(); ++i) {
     const auto a = args[i];
     auto value = [&]() -> std::optional<std::string_view> {
@@ -227,15 +232,19 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
       if (!v || !parse_number(*v, o.requests) || o.requests > 10'000'000)
         return fail("--requests needs a whole number (0 = every row)");
     } else if (a == "--rate") {
+      synth_given = true;
       if (!positive(o.synth.rate_per_s))
         return fail("--rate needs a positive number (requests per simulated second)");
     } else if (a == "--prompt-mean") {
+      synth_given = true;
       if (!positive(o.synth.prompt_mean, 1e7))
         return fail("--prompt-mean needs a positive number of tokens");
     } else if (a == "--output-mean") {
+      synth_given = true;
       if (!positive(o.synth.output_mean, 1e7))
         return fail("--output-mean needs a positive number of tokens");
     } else if (a == "--length-dist") {
+      synth_given = true;
       auto v = value();
       if (v == "lognormal")
         o.synth.dist = length_dist::lognormal;
@@ -244,6 +253,7 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
       else
         return fail("--length-dist needs lognormal or exponential");
     } else if (a == "--length-sigma") {
+      synth_given = true;
       if (!positive(o.synth.sigma, 10))
         return fail("--length-sigma needs a number in (0, 10]");
     } else if (a == "--load") {
@@ -362,6 +372,14 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
           return fail(fmt::format("--sweep: '{}' is not a positive load", s));
         o.sweep_loads.push_back(x);
       }
+    } else if (a == "--shapes") {
+      auto v = value();
+      if (!v)
+        return fail("--shapes needs a comma list of conv,mooncake,prefill-heavy,decode-heavy");
+      auto list = parse_shape_list(*v);
+      if (!list)
+        return fail("--shapes: " + list.error());
+      o.shapes = std::move(*list);
     } else if (a == "--sweep-quantum") {
       o.sweep_quantum = true;
     } else if (a == "--timeout") {
@@ -384,6 +402,10 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
   }
   if (o.help || o.print_profile)
     return o;
+  if (!o.shapes.empty() && (o.race.race_llama || o.path == bench_path::http
+                            || o.path == bench_path::both))
+    return fail("--shapes runs the grid in process or through kvlaned: give --path inproc or ipc "
+                "(not both, http or --race-llama)");
   if (auto ok = check_race_options(o); !ok)
     return fail(ok.error());
   if (o.path == bench_path::http || o.race.race_llama) {
@@ -394,6 +416,23 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
     if (users_given)
       return fail("--users scopes reuse per user in process; over HTTP every request is one "
                   "client's");
+    return o;
+  }
+  if (!o.shapes.empty()) {
+    if (o.synthetic || !o.trace_path.empty())
+      return fail("--shapes builds each shape's requests (the traces from --azure-trace and "
+                  "--mooncake-trace): --trace and --synthetic do not apply");
+    if (synth_given || o.input_scale_given || sample_given || users_given || turns_given)
+      return fail("--shapes fixes each shape's lengths and sampling: --rate, --prompt-mean, "
+                  "--output-mean, --length-dist, --length-sigma, --input-scale, "
+                  "--sample-conversations, --users and --turns do not apply");
+    if (!o.reuse.empty() || !o.store_splits.empty() || o.sweep_quantum || o.rate_scale)
+      return fail("--shapes compares the modes at each load (--sweep or --load): --reuse, "
+                  "--store-split, --sweep-quantum and --rate-scale do not apply");
+    if (o.requests == 0)
+      return fail("--shapes needs --requests of at least 1 (requests per shape)");
+    if (o.modes.empty())
+      return fail("--modes needs at least one mode");
     return o;
   }
   if (o.load && o.rate_scale)

@@ -17,6 +17,7 @@
 #include "tools/bench/slo.hpp"
 #include "tools/bench/store_split.hpp"
 #include "tools/bench/workload.hpp"
+#include "tools/bench/workload_shape.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -39,6 +40,9 @@ struct bench_options {
   bool input_scale_given = false;
   double sample_conversations = 1.0;  ///< Mooncake: share of conversations kept, seeded
   bool sample_given = false;
+  /// Mooncake: after sampling, keep only the first N requests of the sample
+  /// (0 = all); --shapes sets it from --requests, which then reads every row.
+  std::size_t keep_requests = 0;
   trace_users users = trace_users::conversation; ///< Mooncake: who sends each conversation
   /// Mooncake: a turn is not sent before the previous turn of its
   /// conversation has ended (--turns causal, the default) or goes at its
@@ -77,6 +81,9 @@ struct bench_options {
   std::uint64_t seed = 1;
   std::vector<double> sweep_loads;
   bool sweep_quantum = false;
+  /// --shapes: the grid of workload shapes x loads (--sweep) x devices
+  /// (--devices), every mode in each cell (shape_run).
+  std::vector<workload_shape> shapes;
   double timeout_s = 0;               ///< per run; 0 = automatic
   std::string log_level = "warn";
   bool timeline = false;              ///< gauge timelines in the JSON

@@ -57,6 +57,8 @@ expected<bench_workload, bench_failure> prepare_workload(const bench_options& o,
                     "conversations",
                     o.trace_path, o.sample_conversations, o.seed, cw.conversations)});
     w.base = std::move(cw.requests);
+    if (o.keep_requests > 0 && w.base.size() > o.keep_requests)
+      w.base.resize(o.keep_requests); // a previous turn is always earlier: still in the list
     if (!o.causal_turns)
       for (auto& r : w.base)
         r.previous_turn = -1;
