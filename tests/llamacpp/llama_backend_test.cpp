@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -333,7 +334,13 @@ TEST_CASE("llamacpp: creating a backend leaves no decode threads behind, only th
       failure = made.error().message;
       return;
     }
-    after_create = threads_of_this_process();
+    // The calibration thread's OpenMP workers are released when it ends and exit on their own
+    // (libgomp does not join them), so their exit is polled for; nothing signals it. Without
+    // the fix they live as long as this thread and the count never comes down.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((after_create = threads_of_this_process()) > before
+           && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const std::array<token_id, 1> t{token_id{1}};
     const step_row row{0, 0, t};
     backends::step_output out;
@@ -345,6 +352,6 @@ TEST_CASE("llamacpp: creating a backend leaves no decode threads behind, only th
   });
   creator.join();
   REQUIRE_MESSAGE(failure.empty(), failure);
-  CHECK(after_create == before);
-  CHECK(after_step == before + 1);
+  CHECK(after_create <= before);
+  CHECK(after_step == after_create + 1);
 }
