@@ -239,69 +239,73 @@ expected<embedding_request, api_error> decode_openai_embeddings(std::string_view
   return r;
 }
 
-expected<embedding_request, api_error> decode_ollama_embed(std::string_view body) {
+namespace {
+
+/// An Ollama embedding body: `own` reads the endpoint's own fields (true if it
+/// knew the key), the common ones (model, keep_alive, options) are read here,
+/// null stands for absent only for a field the endpoint has.
+template <class Own>
+expected<embedding_request, api_error> decode_ollama_object(std::string_view body, embedding_api api,
+                                                            const auto& fields, Own own) {
   auto doc = parse_json_object(body);
   if (!doc)
     return unexpected(std::move(doc).error());
   embedding_request r;
-  r.api = embedding_api::ollama;
+  r.api = api;
   for (const auto& [k, x] : doc->items()) {
     if (x.is_null()) {
-      if (!is_one_of(k, ollama_embed_fields))
+      if (!is_one_of(k, fields))
         return unexpected(unsupported(k));
       continue;
     }
-    if (k == "input") {
-      KVLANE_EMBED_TRY(read_ollama_input(x, r));
-    } else if (k == "truncate") {
-      if (!x.is_boolean())
-        return unexpected(wrong_type(k, "a boolean", x));
-      r.truncate = x.get<bool>();
-    } else if (k == "dimensions") {
-      std::uint32_t n = 0;
-      KVLANE_EMBED_TRY(read_uint32(x, k, n, 1, 1u << 20));
-      r.dimensions = n;
-    } else {
-      auto known = read_ollama_common(k, x, r);
-      if (!known)
-        return unexpected(std::move(known).error());
-      if (!*known)
-        return unexpected(unsupported(k));
-    }
+    auto known = own(k, x, r);
+    if (known && !*known)
+      known = read_ollama_common(k, x, r);
+    if (!known)
+      return unexpected(std::move(known).error());
+    if (!*known)
+      return unexpected(unsupported(k));
   }
   if (r.model.empty())
     return unexpected(invalid("model", "'model' is required"));
   return r;
 }
 
+} // namespace
+
+expected<embedding_request, api_error> decode_ollama_embed(std::string_view body) {
+  return decode_ollama_object(
+    body, embedding_api::ollama, ollama_embed_fields,
+    [](const std::string& k, const json& x, embedding_request& r) -> expected<bool, api_error> {
+      if (k == "input") {
+        KVLANE_EMBED_TRY(read_ollama_input(x, r));
+      } else if (k == "truncate") {
+        if (!x.is_boolean())
+          return unexpected(wrong_type(k, "a boolean", x));
+        r.truncate = x.get<bool>();
+      } else if (k == "dimensions") {
+        std::uint32_t n = 0;
+        KVLANE_EMBED_TRY(read_uint32(x, k, n, 1, 1u << 20));
+        r.dimensions = n;
+      } else {
+        return false;
+      }
+      return true;
+    });
+}
+
 expected<embedding_request, api_error> decode_ollama_embeddings(std::string_view body) {
-  auto doc = parse_json_object(body);
-  if (!doc)
-    return unexpected(std::move(doc).error());
-  embedding_request r;
-  r.api = embedding_api::ollama_legacy;
-  for (const auto& [k, x] : doc->items()) {
-    if (x.is_null()) {
-      if (!is_one_of(k, ollama_embeddings_fields))
-        return unexpected(unsupported(k));
-      continue;
-    }
-    if (k == "prompt") {
+  return decode_ollama_object(
+    body, embedding_api::ollama_legacy, ollama_embeddings_fields,
+    [](const std::string& k, const json& x, embedding_request& r) -> expected<bool, api_error> {
+      if (k != "prompt")
+        return false;
       if (!x.is_string())
         return unexpected(wrong_type(k, "a string", x));
       if (!x.get_ref<const std::string&>().empty())
         r.texts.push_back(x.get<std::string>());
-    } else {
-      auto known = read_ollama_common(k, x, r);
-      if (!known)
-        return unexpected(std::move(known).error());
-      if (!*known)
-        return unexpected(unsupported(k));
-    }
-  }
-  if (r.model.empty())
-    return unexpected(invalid("model", "'model' is required"));
-  return r;
+      return true;
+    });
 }
 
 } // namespace kvlane::daemon::http
