@@ -305,17 +305,6 @@ TEST_CASE("llamacpp: bad steps, dumps and loads get precise errors and change no
   CHECK(greedy(*sut, 1, len, logits, 8) == again);
 }
 
-namespace {
-
-std::size_t threads_of_this_process() {
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
-    ++n;
-  return n;
-}
-
-} // namespace
-
 TEST_CASE("llamacpp: creating a backend leaves no decode threads behind, only the thread that steps "
           "keeps its workers") {
   // docs/backends.md "Threads": a thread that decodes keeps (threads - 1) OpenMP workers while
@@ -328,7 +317,7 @@ TEST_CASE("llamacpp: creating a backend leaves no decode threads behind, only th
   std::size_t after_step = 0;
   std::string failure;
   std::thread creator([&] {
-    before = threads_of_this_process();
+    before = test::threads_of_this_process();
     auto made = llama_backend::create("tiny", opts);
     if (!made) {
       failure = made.error().message;
@@ -337,10 +326,7 @@ TEST_CASE("llamacpp: creating a backend leaves no decode threads behind, only th
     // The calibration thread's OpenMP workers are released when it ends and exit on their own
     // (libgomp does not join them), so their exit is polled for; nothing signals it. Without
     // the fix they live as long as this thread and the count never comes down.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while ((after_create = threads_of_this_process()) > before
-           && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    after_create = test::threads_once_at_most(before);
     const std::array<token_id, 1> t{token_id{1}};
     const step_row row{0, 0, t};
     backends::step_output out;
@@ -348,7 +334,7 @@ TEST_CASE("llamacpp: creating a backend leaves no decode threads behind, only th
       failure = s.error().message;
       return;
     }
-    after_step = threads_of_this_process();
+    after_step = test::threads_of_this_process();
   });
   creator.join();
   REQUIRE_MESSAGE(failure.empty(), failure);

@@ -6,6 +6,11 @@
 
 #include "backends/llamacpp_options.hpp"
 
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <thread>
+
 #ifndef KVLANE_TEST_GGUF
 #error "KVLANE_TEST_GGUF must name the generated test model"
 #endif
@@ -22,6 +27,29 @@ inline backends::llamacpp_options tiny_llama_options() {
   o.threads_batch = 2;
   o.batch = 64;
   return o;
+}
+
+/// The threads this process has now (/proc/self/task).
+inline std::size_t threads_of_this_process() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+    ++n;
+  return n;
+}
+
+/// Polls until this process has at most `limit` threads or `timeout` passes, and returns the
+/// last count. libgomp releases the workers of a team whose thread ended without joining
+/// them: they exit on their own shortly after, and nothing signals it, so a count read at
+/// once can still include them (it did under the sanitizers).
+inline std::size_t threads_once_at_most(std::size_t limit,
+                                        std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto n = threads_of_this_process();
+  while (n > limit && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    n = threads_of_this_process();
+  }
+  return n;
 }
 
 } // namespace kvlane::test
