@@ -19,6 +19,7 @@
 #include "actors/engine_config.hpp"
 #include "actors/engine_monitor.hpp"
 #include "actors/model_health.hpp"
+#include "actors/output_constraint.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/token_stream.hpp"
 #include "common/expected.hpp"
@@ -52,6 +53,8 @@ struct submit_request {
   std::vector<token_id> prompt_tokens; ///< used as is when prompt_text is empty
   sampling_params sampling;
   bool stop_at_eos = true; ///< add the model's stop tokens (its tokenizer's) to the stop tokens
+  /// The grammar the output follows (structured output, tool calls); null: free text.
+  std::shared_ptr<const output_constraint> constraint;
 };
 
 enum class submit_errc : std::uint8_t {
