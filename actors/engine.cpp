@@ -1,5 +1,7 @@
 #include "actors/engine.hpp"
 
+#include "actors/model_fingerprint.hpp"
+#include "actors/store_restart.hpp"
 #include "backends/factory.hpp"
 #include "common/logging.hpp"
 
@@ -59,7 +61,8 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
                                                               const engine_config& cfg,
                                                               scheduler_observer observer,
                                                               completion_hook on_complete,
-                                                              failure_hook on_failure) {
+                                                              failure_hook on_failure,
+                                                              store_handoff handoff) {
   const bool free_transfers = actors::rules_of(cfg.scheduler.mode).free_transfers;
   for (auto& m : cfg.models)
     if (free_transfers && m.backend.kind != "sim")
@@ -67,19 +70,18 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
                                     "sim backend; model '{}' uses '{}'",
                                     m.name, m.backend.kind));
 
-  auto arena = ipc::memfd_arena::create("kvlane-store", cfg.store.max_bytes);
-  if (!arena)
-    return unexpected(fmt::format("snapshot store: {}", arena.error().message));
   ipc::store_options so;
   so.limit_bytes = cfg.store.max_bytes;
   so.retained_limit_bytes = retained_share_bytes(cfg);
   so.warm_pool_bytes = cfg.store.warm_pool_bytes;
   so.prefault_warm_pool = cfg.store.prefault_warm_pool;
   so.value = cfg.store.eviction;
-  auto store = ipc::snapshot_store::create(std::move(*arena), so);
-  if (!store)
-    return unexpected(fmt::format("snapshot store: {}", store.error().message));
-  std::shared_ptr<ipc::snapshot_store> shared_store{std::move(*store)};
+  auto opened = open_store(cfg.store, so, handoff);
+  if (!opened)
+    return unexpected(fmt::format("snapshot store: {}", opened.error()));
+  std::shared_ptr<ipc::snapshot_store> shared_store{std::move(opened->store)};
+  if (!opened->note.empty())
+    logging::get("store")->warn("snapshot store: {}", opened->note);
 
   std::unique_ptr<engine> self{new engine(sys, shared_store)};
   self->on_complete_ = std::move(on_complete);
@@ -98,6 +100,15 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
                                     backends::to_string(b.error().code)));
     if (auto r = shared_store->register_model(i, m.store_floor_bytes, m.store_cap_bytes); !r)
       return unexpected(fmt::format("model '{}': snapshot store: {}", m.name, r.error().message));
+    // Retained snapshots of an earlier daemon are taken back only under this fingerprint.
+    auto fp = fingerprint_of(m, **b, handoff.hash_cache);
+    if (!fp)
+      return unexpected(fmt::format("model '{}': fingerprint: {}", m.name, fp.error()));
+    if (auto r = shared_store->set_fingerprint(i, m.name, std::move(*fp)); !r)
+      return unexpected(fmt::format("model '{}': snapshot store: {}", m.name, r.error().message));
+    if (opened->arena_inherited)
+      logging::get("store")->info("model '{}': {} retained snapshots taken back", m.name,
+                                  shared_store->claim(i, m.name));
     model_entry e;
     e.name = m.name;
     e.index = i;
@@ -129,6 +140,13 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
   for (auto& e : self->models_)
     watched.push_back({e.name, e.scheduler, e.health});
   self->monitor_ = spawn_engine_monitor(sys, std::move(watched), stats_refresh, std::move(on_failure));
+  if (opened->arena_inherited) {
+    const auto unclaimed = shared_store->discard_unclaimed();
+    logging::get("store")->info(
+      "snapshot store: inherited arena mapped in place; its index listed {} snapshots ({} MiB), "
+      "{} of models no longer configured were dropped",
+      opened->recovered.records, opened->recovered.bytes >> 20, unclaimed);
+  }
   logging::get("store")->info("snapshot store: {} MiB limit, committed on use",
                                       cfg.store.max_bytes >> 20);
   return self;
@@ -386,6 +404,13 @@ void engine::shutdown(std::string_view why) {
                });
     self->send_exit(m.scheduler, caf::exit_reason::user_shutdown);
   }
+  // The last word on the store: its retained snapshots, for the next start.
+  if (auto n = store_->persist(); n)
+    logging::get("store")->log(*n > 0 ? spdlog::level::info : spdlog::level::debug,
+                               "snapshot store: index of {} retained snapshots written", *n);
+  else
+    logging::get("store")->error("snapshot store: writing the index failed: {}",
+                                 n.error().message);
 }
 
 expected<scheduler_stats, std::string> engine::stats(std::string_view model,

@@ -21,6 +21,7 @@
 #include "actors/model_health.hpp"
 #include "actors/output_constraint.hpp"
 #include "actors/scheduler.hpp"
+#include "actors/store_restart.hpp"
 #include "actors/token_stream.hpp"
 #include "common/expected.hpp"
 
@@ -106,12 +107,14 @@ public:
   /// Creates the store and one backend + scheduler per model. In mode
   /// `free-transfer` every model must use the sim, whose transfer times are zeroed.
   /// `on_failure` (optional) is called once per model that fails, on an
-  /// actor thread; it must not block.
+  /// actor thread; it must not block. `handoff`: an earlier daemon's store
+  /// (actors/store_restart), taken back when usable.
   static expected<std::unique_ptr<engine>, std::string> create(caf::actor_system& sys,
                                                                const engine_config& cfg,
                                                                scheduler_observer observer = {},
                                                                completion_hook on_complete = {},
-                                                               failure_hook on_failure = {});
+                                                               failure_hook on_failure = {},
+                                                               store_handoff handoff = {});
   ~engine();
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;

@@ -13,9 +13,75 @@ std::optional<std::uint64_t> reuse_head_of(std::span<const token_id> tokens) noe
 }
 
 kv_keeper::kv_keeper(kv_keeper_setup setup, const reuse_policy& reuse)
-  : setup_(std::move(setup)), reuse_(reuse), retained_(reuse_block_tokens, 1),
-    warm_(setup_.slots) {
+  : setup_(std::move(setup)),
+    fingerprint_(setup_.store->fingerprint(setup_.model_index).value_or(ipc::kv_fingerprint{})),
+    reuse_(reuse), retained_(reuse_block_tokens, 1), warm_(setup_.slots) {
   retained_.set_min_prefix(reuse.min_prefix_tokens);
+}
+
+std::size_t kv_keeper::adopt_restored(time_point now) {
+  std::size_t taken = 0;
+  for (const auto& r : setup_.store->take_restored(setup_.model_index)) {
+    const auto& label = *r.label;
+    if (const auto why = ipc::fingerprint_mismatch(label.fingerprint, fingerprint_)) {
+      refuse(r.handle, *why);
+      continue;
+    }
+    if (label.tokens.size() != r.cache_len) {
+      refuse(r.handle, ipc::discard_reason::tokens_mismatch);
+      continue;
+    }
+    if (reuse_.mode != reuse_mode::store) {
+      (void)setup_.store->free(r.handle);
+      continue;
+    }
+    std::vector<superseded> dropped;
+    const auto id = retained_.adopt(scope_of(label.user), label.tokens, r.handle,
+                                    {label.user, label.session}, now, dropped);
+    for (const auto& d : dropped)
+      discard(d.slot, d.snapshot, d.dumping);
+    counters_.retained_superseded += dropped.size();
+    if (!id) {
+      (void)setup_.store->free(r.handle); // shorter than the minimum prefix now
+      continue;
+    }
+    ++taken;
+  }
+  counters_.retained_restored += taken;
+  return taken;
+}
+
+// A stored entry is used only when its snapshot's label carries the loaded
+// model's fingerprint and its tokens are the prompt's, token for token, over
+// the matched length (the index matched the entry's own copy of them).
+bool kv_keeper::usable(const retained_match& m, std::span<const token_id> prompt) {
+  const auto label = setup_.store->label(*m.snapshot);
+  if (!label) {
+    forget_retained_snapshot(*m.snapshot);
+    return false;
+  }
+  if (!*label)
+    return true; // an unlabelled snapshot was made in this run by this keeper
+  if (const auto why = ipc::fingerprint_mismatch((*label)->fingerprint, fingerprint_)) {
+    refuse(*m.snapshot, *why);
+    return false;
+  }
+  const auto& recorded = (*label)->tokens;
+  if (recorded.size() < m.length || prompt.size() < m.length
+      || !std::equal(prompt.begin(), prompt.begin() + m.length, recorded.begin())) {
+    refuse(*m.snapshot, ipc::discard_reason::tokens_mismatch);
+    return false;
+  }
+  return true;
+}
+
+void kv_keeper::refuse(ipc::snapshot_handle h, ipc::discard_reason why) {
+  setup_.store->count_discard(why);
+  ++counters_.retained_discarded;
+  if (retained_.by_snapshot(h))
+    forget_retained_snapshot(h);
+  else
+    (void)setup_.store->free(h);
 }
 
 void kv_keeper::set_reuse(const reuse_policy& p) {
@@ -89,7 +155,7 @@ reuse_start kv_keeper::start_from_retained(seq_id id, std::uint64_t owner,
     out.length = m->length;
     return out;
   }
-  if (!m->snapshot || reuse_.mode != reuse_mode::store)
+  if (!m->snapshot || reuse_.mode != reuse_mode::store || !usable(*m, tokens))
     return out;
   // The dump is paid already: only the load counts against the prefill.
   if (costs.prefer_recompute(m->length, snapshot_size(m->snapshot_len), false)) {
@@ -165,7 +231,14 @@ transfer_job_ptr kv_keeper::dump_retained(retained_id id, kv_jobs& jobs) {
   meta.generation = 1;
   meta.sequence_id = id;
   meta.retained = true;
-  auto r = setup_.store->reserve(meta, snapshot_size(e->kv_len));
+  auto label = std::make_shared<ipc::snapshot_label>();
+  label->fingerprint = fingerprint_;
+  label->owner = e->scope.owner;
+  label->user = e->origin.user;
+  label->session = e->origin.session;
+  const auto tokens = retained_.tokens(id);
+  label->tokens.assign(tokens.begin(), tokens.end());
+  auto r = setup_.store->reserve(meta, snapshot_size(e->kv_len), std::move(label));
   if (!r)
     return nullptr; // the retained share is taken by more valuable entries
   forget_evicted(r->evicted, jobs);
@@ -367,6 +440,8 @@ void kv_keeper::load_done(const transfer_done& done) {
     (void)setup_.store->free(done.job.snapshot);
     parked_.erase(done.job.seq);
   } else if (done.corrupt) {
+    setup_.store->count_discard(ipc::discard_reason::checksum);
+    ++counters_.retained_discarded;
     forget_retained_snapshot(done.job.snapshot);
   }
 }

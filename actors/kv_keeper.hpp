@@ -97,6 +97,8 @@ struct kv_keeper_counters {
   std::uint64_t retained_dumps = 0, retained_dropped = 0, retained_lost = 0;
   std::uint64_t retained_expired = 0, retained_superseded = 0, retained_admin_dropped = 0;
   std::uint64_t snapshots_lost = 0; ///< parked sequences whose snapshot was evicted or gone
+  std::uint64_t retained_restored = 0; ///< entries taken back from an earlier daemon's store
+  std::uint64_t retained_discarded = 0; ///< stored entries refused: fingerprint, tokens, checksum
 };
 
 /// What the scheduler carries out after a keeper decision.
@@ -134,6 +136,12 @@ public:
   const reuse_policy& reuse() const noexcept { return reuse_; }
 
   // -- retained KV ----------------------------------------------------------------
+
+  /// Takes the retained snapshots the store recovered for this model after a
+  /// restart (snapshot_store::take_restored) as stored entries, each checked
+  /// against the loaded model's fingerprint and its own tokens first.
+  /// Returns how many were taken.
+  std::size_t adopt_restored(time_point now);
 
   /// A request that ended normally leaves its first `tokens` (exactly the KV
   /// in `slot`) warm there, unless reuse is off or they are shorter than the
@@ -237,8 +245,11 @@ private:
   transfer_job_ptr dump_retained(retained_id id, kv_jobs& jobs);
   void forget_retained_snapshot(ipc::snapshot_handle h);
   void forget_evicted(const std::vector<ipc::evicted_snapshot>& evicted, kv_jobs& jobs);
+  bool usable(const retained_match& m, std::span<const token_id> prompt);
+  void refuse(ipc::snapshot_handle h, ipc::discard_reason why);
 
   kv_keeper_setup setup_;
+  ipc::kv_fingerprint fingerprint_; ///< the loaded model's, recorded in every retained snapshot
   reuse_policy reuse_;
   retention retained_;
   std::vector<std::optional<retained_id>> warm_; ///< per slot: the retained entry warm in it

@@ -18,6 +18,27 @@ std::optional<retained_id> retention::retain(prefix_scope scope,
                                              std::vector<superseded>& dropped) {
   if (tokens.size() < min_prefix_)
     return std::nullopt;
+  const retained_id id = insert(scope, tokens, std::move(origin), now, dropped);
+  entries_.at(id).slot = slot;
+  return id;
+}
+
+std::optional<retained_id> retention::adopt(prefix_scope scope,
+                                            std::span<const backends::token_id> tokens,
+                                            ipc::snapshot_handle snapshot, retained_origin origin,
+                                            std::chrono::steady_clock::time_point now,
+                                            std::vector<superseded>& dropped) {
+  if (tokens.size() < min_prefix_)
+    return std::nullopt;
+  const retained_id id = insert(scope, tokens, std::move(origin), now, dropped);
+  entries_.at(id).snapshot = snapshot;
+  by_snapshot_[snapshot_key(snapshot)] = id;
+  return id;
+}
+
+retained_id retention::insert(prefix_scope scope, std::span<const backends::token_id> tokens,
+                              retained_origin origin, std::chrono::steady_clock::time_point now,
+                              std::vector<superseded>& dropped) {
   // Every older entry of the scope that is a prefix of the new one is
   // dominated: each lookup the old one answers, the new one answers at least
   // as long. Repeated lookups peel them off from the longest down.
@@ -35,7 +56,6 @@ std::optional<retained_id> retention::retain(prefix_scope scope,
   e.scope = scope;
   e.origin = std::move(origin);
   e.kv_len = static_cast<std::uint32_t>(tokens.size());
-  e.slot = slot;
   e.last_use = now;
   entries_.emplace(id, std::move(e));
   by_use_.emplace(now, id);

@@ -93,6 +93,14 @@ public:
                                     std::chrono::steady_clock::time_point now,
                                     std::vector<superseded>& dropped);
 
+  /// Keeps `tokens` as an entry with only a stored copy (a snapshot taken
+  /// back after a restart). Same rules as retain(): nothing below the
+  /// minimum, and entries it supersedes go to `dropped`.
+  std::optional<retained_id> adopt(prefix_scope scope, std::span<const backends::token_id> tokens,
+                                   ipc::snapshot_handle snapshot, retained_origin origin,
+                                   std::chrono::steady_clock::time_point now,
+                                   std::vector<superseded>& dropped);
+
   /// The longest reusable prefix of `prompt` in `scope`, at most max_length
   /// tokens, at least the minimum.
   std::optional<retained_match> match(prefix_scope scope, std::span<const backends::token_id> prompt,
@@ -142,6 +150,9 @@ private:
   using use_key = std::pair<std::chrono::steady_clock::time_point, retained_id>;
 
   void drop_if_empty(retained_id id);
+  retained_id insert(prefix_scope scope, std::span<const backends::token_id> tokens,
+                     retained_origin origin, std::chrono::steady_clock::time_point now,
+                     std::vector<superseded>& dropped);
   static std::uint64_t snapshot_key(ipc::snapshot_handle h) noexcept {
     return (std::uint64_t{h.index} << 32) | h.generation;
   }

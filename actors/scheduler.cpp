@@ -524,6 +524,7 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
                                   return std::uint64_t{backend->snapshot_size(cache_len)};
                                 }},
                 setup.reuse);
+  st.kv->adopt_restored(clock::now()); // retained KV an earlier daemon left in the store
   const auto placement = place_transfers(st.mode, st.info.caps.transfer_overlaps_compute);
   st.fallback = placement.fallback;
   st.serialized = placement.on_compute_lane;

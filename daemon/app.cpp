@@ -1,9 +1,12 @@
 #include "daemon/app.hpp"
 
 #include "actors/engine.hpp"
+#include "actors/model_fingerprint.hpp"
+#include "daemon/fd_store.hpp"
 #include "daemon/admin_server.hpp"
 #include "daemon/gateway.hpp"
 #include "daemon/gguf_model.hpp"
+#include "common/elapsed.hpp"
 #include "common/logging.hpp"
 #include "daemon/http/server.hpp"
 #include "daemon/metrics.hpp"
@@ -32,6 +35,33 @@
 namespace kvlane::daemon {
 
 namespace {
+
+// Parks the store's arena and index in systemd's fd store, so a restart takes
+// them back (daemon/fd_store). Inherited descriptors the store did not reuse
+// are dropped from the fd store first, or the next start would get both.
+// (`inherited`: the inodes of the descriptors systemd passed in, 0 for none.)
+ino_t inode_of(int fd) {
+  struct stat st {};
+  return fd >= 0 && ::fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+
+void keep_store(const ipc::snapshot_store& store, std::pair<ino_t, ino_t> inherited) {
+  auto log = logging::get("store");
+  if (inherited.first != 0 && inherited.first != inode_of(store.fd()))
+    remove_from_fd_store(arena_fd_name);
+  if (inherited.second != 0 && inherited.second != inode_of(store.index_fd()))
+    remove_from_fd_store(index_fd_name);
+  for (const auto& [fd, name] : {std::pair{store.fd(), arena_fd_name},
+                                 std::pair{store.index_fd(), index_fd_name}}) {
+    if (fd < 0)
+      continue;
+    auto kept = keep_in_fd_store(fd, name);
+    if (!kept)
+      log->warn("the store survives no restart: {}", kept.error());
+    else if (*kept)
+      log->debug("'{}' is in systemd's fd store", name);
+  }
+}
 
 constexpr std::string_view default_config_path = "/etc/kvlane/kvlane.toml";
 
@@ -147,15 +177,24 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string 
   }
   self->metrics_ = std::make_unique<metrics>(std::move(names), std::move(identities));
 
-  // The engine: snapshot store, model backends, schedulers and their lanes.
+  // The engine: snapshot store, model backends, schedulers and their lanes. The
+  // store starts on an earlier daemon's arena when systemd kept it (fd_store).
+  std::vector<std::string> fd_notes;
+  auto handoff = take_inherited_store(fd_notes);
+  for (const auto& note : fd_notes)
+    logging::get("store")->info("{}", note);
+  handoff.hash_cache = actors::default_hash_cache_dir();
+  const std::pair inherited{inode_of(handoff.arena_fd), inode_of(handoff.index_fd)};
   auto eng = actors::engine::create(*self->system_, self->cfg_, {},
                                     [m = self->metrics_.get()](const actors::completion& c) {
                                       m->record(c);
                                       log_completion(c);
-                                    });
+                                    },
+                                    {}, std::move(handoff));
   if (!eng)
     return unexpected(std::move(eng).error());
   self->engine_ = std::move(*eng);
+  keep_store(self->engine_->store(), inherited);
   self->on_stop("engine", [s = self.get()] {
     s->engine_->shutdown("daemon shutting down");
     for (auto& m : s->engine_->models())
@@ -340,8 +379,8 @@ exit_code app::run(const sigset_t& signals) {
   notify_.ready(summary());
   serving_ = true;
   last_status_ = std::chrono::steady_clock::now();
-  log->info("ready: {} model(s), scheduler mode {}", engine_->models().size(),
-            to_string(cfg_.scheduler.mode));
+  log->info("ready: {} model(s), scheduler mode {}, {:.0f} ms after start", engine_->models().size(),
+            to_string(cfg_.scheduler.mode), ms_between(started_, std::chrono::steady_clock::now()));
   for (;;) {
     // Wake at least every second (the watchdog wants a ping every half
     // interval), and every 50 ms while draining to notice the last finish.

@@ -301,6 +301,19 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
   w.family("kvlane_store_retained_limit_bytes", "gauge",
            "Most store bytes retained snapshots may hold ([reuse] store_share of the limit).");
   w.sample("kvlane_store_retained_limit_bytes", "", double(store.retained_limit_bytes));
+  w.family("kvlane_store_discarded_total", "counter",
+           "Retained KV thrown away instead of used, by reason: the model file, tokenizer, KV "
+           "layout, backend or chat format differs from the loaded model's (a snapshot kept "
+           "across a restart), its tokens are not the prompt's, its bytes fail their checksum, "
+           "its model is gone; or a whole inherited index was refused (corrupt, unclean stop, "
+           "another arena).");
+  for (std::size_t r = 0; r < ipc::discard_reason_count; ++r)
+    w.sample("kvlane_store_discarded_total",
+             fmt::format("reason=\"{}\"", ipc::to_string(static_cast<ipc::discard_reason>(r))),
+             double(store.discarded[r]));
+  w.family("kvlane_store_restored_snapshots_total", "counter",
+           "Retained snapshots taken back from the previous daemon's store at start.");
+  w.sample("kvlane_store_restored_snapshots_total", "", double(store.restored_snapshots));
   w.family("kvlane_clients_connected", "gauge", "Client connections.");
   w.sample("kvlane_clients_connected", "", double(clients_connected));
   return w.take();

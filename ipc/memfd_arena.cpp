@@ -6,6 +6,7 @@
 #include <cassert>
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include <fcntl.h>
@@ -95,6 +96,27 @@ expected<memfd_arena, store_error> memfd_arena::create(std::string_view name,
   return memfd_arena(std::move(fd), mapping(static_cast<std::byte*>(base), size));
 }
 
+expected<memfd_arena, store_error> memfd_arena::adopt(int raw_fd) {
+  owned_fd fd(raw_fd);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0)
+    return system_error("fstat of the inherited arena", errno);
+  if (!S_ISREG(st.st_mode))
+    return unexpected(store_error{store_errc::invalid_argument,
+                                  "the inherited arena is not a memfd or regular file"});
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size == 0 || size % page_size() != 0)
+    return unexpected(store_error{store_errc::invalid_argument,
+                                  "the inherited arena's size " + std::to_string(size)
+                                    + " is not a positive multiple of the page size"});
+  // The fd may have come in without FD_CLOEXEC; no child of the daemon may hold the arena.
+  (void)::fcntl(fd.get(), F_SETFD, FD_CLOEXEC);
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd.get(), 0);
+  if (base == MAP_FAILED)
+    return system_error("mmap of the inherited arena", errno);
+  return memfd_arena(std::move(fd), mapping(static_cast<std::byte*>(base), size));
+}
+
 std::span<std::byte> memfd_arena::bytes(std::uint64_t offset, std::uint64_t length) const noexcept {
   assert(offset <= size() && length <= size() - offset);
   return {data() + offset, static_cast<std::size_t>(length)};
@@ -143,6 +165,13 @@ expected<std::uint64_t, store_error> memfd_arena::committed_bytes() const {
     return system_error("fstat", errno);
   // st_blocks counts 512-byte units whatever the file system's block size.
   return static_cast<std::uint64_t>(st.st_blocks) * 512u;
+}
+
+expected<std::uint64_t, store_error> memfd_arena::inode() const {
+  struct stat st {};
+  if (::fstat(fd_.get(), &st) != 0)
+    return system_error("fstat", errno);
+  return static_cast<std::uint64_t>(st.st_ino);
 }
 
 } // namespace kvlane::ipc

@@ -8,7 +8,8 @@
 // the address range is reserved, pages are committed by the kernel when first
 // written (or commit()ted up front), and release() punches them out again (fallocate PUNCH_HOLE) so RSS
 // follows live data. committed_bytes() measures what the kernel really holds.
-// The fd can later be passed to clients or used for zero-copy I/O.
+// The fd can be passed to systemd's file-descriptor store and adopted by
+// the next daemon (adopt()), so the KV outlives a restart.
 //
 // Ownership: an arena owns its fd and its mapping; it is movable, not
 // copyable. Spans handed out point into the mapping and die with the arena.
@@ -51,6 +52,12 @@ public:
   /// shows up in /proc/<pid>/fd and /proc/<pid>/maps (memfd:<name>).
   static expected<memfd_arena, store_error> create(std::string_view name, std::uint64_t max_bytes);
 
+  /// Maps an existing memfd (one an earlier daemon created and parked in
+  /// systemd's file-descriptor store) in place: nothing is copied, its pages
+  /// and their contents stay as they are. Takes ownership of `fd` in every
+  /// case. Fails on a file that is not a page-sized regular file or memfd.
+  static expected<memfd_arena, store_error> adopt(int fd);
+
   memfd_arena(memfd_arena&&) noexcept = default;
   memfd_arena& operator=(memfd_arena&&) noexcept = default;
   memfd_arena(const memfd_arena&) = delete;
@@ -81,6 +88,10 @@ public:
 
   /// Bytes the kernel really holds for the memfd (fstat st_blocks * 512).
   expected<std::uint64_t, store_error> committed_bytes() const;
+
+  /// The memfd's inode number: names this arena across fd passing (the
+  /// persistent index records it).
+  expected<std::uint64_t, store_error> inode() const;
 
 private:
   class owned_fd {

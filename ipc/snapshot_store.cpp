@@ -153,8 +153,9 @@ expected<void, store_error> snapshot_store::register_model(std::uint32_t model_i
   return {};
 }
 
-expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& meta,
-                                                           std::uint64_t bytes) {
+expected<reservation, store_error>
+snapshot_store::reserve(const snapshot_meta& meta, std::uint64_t bytes,
+                        std::shared_ptr<const snapshot_label> label) {
   if (bytes == 0)
     return fail(store_errc::invalid_argument, "cannot reserve 0 bytes");
   if (bytes > capacity_)
@@ -243,16 +244,11 @@ expected<reservation, store_error> snapshot_store::reserve(const snapshot_meta& 
         recycle_part(std::max(x.offset, hi), end);
     }
 
-    std::uint32_t index = 0;
-    if (!vacant_.empty()) {
-      index = vacant_.back();
-      vacant_.pop_back();
-    } else {
-      index = static_cast<std::uint32_t>(entries_.size());
-      entries_.emplace_back();
-    }
+    const std::uint32_t index = new_entry_locked();
     entry& e = entries_[index];
     e.meta = meta;
+    e.label = std::move(label);
+    e.seed = meta_seed(meta);
     e.offset = lo;
     e.size = need;
     e.length = bytes;
@@ -482,7 +478,7 @@ expected<void, store_error> snapshot_store::seal(snapshot_handle h) {
     e->state = entry_state::sealing;
     ++e->readers;
     data = arena_.bytes(e->offset, e->length);
-    seed = meta_seed(e->meta);
+    seed = e->seed;
   }
   const auto start = clock::now();
   const std::uint64_t sum = checksum64(data, seed);
@@ -524,7 +520,7 @@ expected<void, store_error> snapshot_store::verify(snapshot_handle h,
                                          + std::to_string(*expected_generation));
     ++e->readers;
     data = arena_.bytes(e->offset, e->length);
-    seed = meta_seed(e->meta);
+    seed = e->seed;
     stored = e->checksum;
   }
   const auto start = clock::now();
@@ -561,6 +557,41 @@ expected<snapshot_meta, store_error> snapshot_store::meta(snapshot_handle h) con
   if (e == nullptr)
     return stale(h);
   return e->meta;
+}
+
+expected<std::shared_ptr<const snapshot_label>, store_error>
+snapshot_store::label(snapshot_handle h) const {
+  std::lock_guard lock(mutex_);
+  const entry* e = find_locked(h);
+  if (e == nullptr)
+    return stale(h);
+  return e->label;
+}
+
+expected<void, store_error> snapshot_store::set_fingerprint(std::uint32_t model_index,
+                                                            std::string model,
+                                                            kv_fingerprint fingerprint) {
+  std::lock_guard lock(mutex_);
+  const auto it = models_.find(model_index);
+  if (it == models_.end())
+    return fail(store_errc::invalid_argument,
+                "model " + std::to_string(model_index) + " is not registered");
+  it->second.name = std::move(model);
+  it->second.fingerprint = std::move(fingerprint);
+  return {};
+}
+
+std::optional<kv_fingerprint> snapshot_store::fingerprint(std::uint32_t model_index) const {
+  std::lock_guard lock(mutex_);
+  const auto it = models_.find(model_index);
+  if (it == models_.end())
+    return std::nullopt;
+  return it->second.fingerprint;
+}
+
+void snapshot_store::count_discard(discard_reason reason, std::uint64_t n) {
+  std::lock_guard lock(mutex_);
+  discarded_[static_cast<std::size_t>(reason)] += n;
 }
 
 expected<void, store_error> snapshot_store::pin(snapshot_handle h) {
@@ -633,6 +664,8 @@ store_stats snapshot_store::stats() const {
     s.pool_bytes = warm_bytes_;
     s.pool_target_bytes = warm_target_;
     s.host = host_;
+    s.discarded = discarded_;
+    s.restored_snapshots = restored_;
     for (const auto& [offset, size] : free_)
       s.largest_free_bytes = std::max(s.largest_free_bytes, size);
     for (const auto& [index, account] : models_)
@@ -644,6 +677,16 @@ store_stats snapshot_store::stats() const {
   const auto committed = arena_.committed_bytes();
   s.committed_bytes = committed ? *committed : 0;
   return s;
+}
+
+std::uint32_t snapshot_store::new_entry_locked() {
+  if (!vacant_.empty()) {
+    const std::uint32_t index = vacant_.back();
+    vacant_.pop_back();
+    return index;
+  }
+  entries_.emplace_back();
+  return static_cast<std::uint32_t>(entries_.size() - 1);
 }
 
 snapshot_store::entry* snapshot_store::find_locked(snapshot_handle h) {
@@ -671,6 +714,7 @@ snapshot_store::extent snapshot_store::detach_locked(std::uint32_t index) {
     --retained_snapshots_;
   }
   const extent x{e.offset, e.size};
+  e.label.reset();
   e.state = entry_state::vacant;
   e.doomed = false;
   e.pins = 0;

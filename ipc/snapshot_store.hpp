@@ -34,6 +34,8 @@
 
 #include "common/expected.hpp"
 #include "ipc/memfd_arena.hpp"
+#include "ipc/snapshot_label.hpp"
+#include "ipc/store_index.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -83,6 +85,21 @@ struct evicted_snapshot {
   snapshot_meta meta;
   std::uint64_t bytes = 0; ///< bytes charged (rounded to the granularity)
   evict_reason reason = evict_reason::pressure;
+};
+
+/// A retained snapshot taken back from an earlier daemon's arena (recover,
+/// claim): sealed, charged to its model, and labelled.
+struct restored_snapshot {
+  snapshot_handle handle;
+  std::shared_ptr<const snapshot_label> label;
+  std::uint32_t cache_len = 0;
+};
+
+/// What recover() found in an inherited arena and index.
+struct recovery_result {
+  std::uint64_t records = 0;  ///< snapshots the index listed (pending until claimed)
+  std::uint64_t bytes = 0;    ///< bytes they hold
+  std::uint64_t punched_bytes = 0; ///< free bytes of the arena returned to the OS
 };
 
 struct reservation {
@@ -164,6 +181,8 @@ struct store_stats {
   std::uint64_t pool_target_bytes = 0; ///< the pool's target (store_options::warm_pool_bytes)
   store_host_times host;
   std::vector<model_usage> models;    ///< by model_index
+  discard_counts discarded{};         ///< snapshots (or indexes) discarded, by discard_reason
+  std::uint64_t restored_snapshots = 0; ///< retained snapshots taken back from an earlier daemon
 };
 
 class snapshot_store {
@@ -195,7 +214,10 @@ public:
   /// share requires it, never taking another model below its floor. A
   /// retained snapshot never evicts a parked one. Nothing is evicted when the
   /// request fails.
-  expected<reservation, store_error> reserve(const snapshot_meta& meta, std::uint64_t bytes);
+  /// `label` (retained snapshots) travels with the snapshot: label(), and
+  /// the persistent index (snapshot_index).
+  expected<reservation, store_error> reserve(const snapshot_meta& meta, std::uint64_t bytes,
+                                             std::shared_ptr<const snapshot_label> label = nullptr);
 
   /// Commits the pages of a reservation that are not warm yet, so writing it
   /// takes no page fault (call it on the writer's thread, before the dump).
@@ -215,6 +237,53 @@ public:
   expected<std::span<const std::byte>, store_error> read(snapshot_handle h) const;
 
   expected<snapshot_meta, store_error> meta(snapshot_handle h) const;
+
+  /// The label given at reserve() (null when none was).
+  expected<std::shared_ptr<const snapshot_label>, store_error> label(snapshot_handle h) const;
+
+  /// The name and fingerprint of the model loaded under `model_index`
+  /// (registered first): the index records snapshots under the name, and a
+  /// recovered snapshot is claimed only under an equal fingerprint.
+  expected<void, store_error> set_fingerprint(std::uint32_t model_index, std::string model,
+                                              kv_fingerprint fingerprint);
+  std::optional<kv_fingerprint> fingerprint(std::uint32_t model_index) const;
+
+  /// Counts a snapshot (or an index) thrown away instead of used.
+  void count_discard(discard_reason reason, std::uint64_t n = 1);
+
+  // -- across a restart (docs/snapshot-store.md, "Across a restart") ----------------
+
+  /// The index of every sealed, labelled (retained) snapshot: what
+  /// index_file::write records at a clean stop. Call it when no lane writes.
+  expected<index_contents, store_error> snapshot_index() const;
+
+  /// Takes back the snapshots `index` lists in this (adopted) arena, before
+  /// any reservation: their extents are set aside, pending until a model
+  /// claims them; every other byte of the arena is returned to the OS. An
+  /// index of another arena (size, inode, granularity) is refused
+  /// (arena_changed, counted) and nothing is taken.
+  expected<recovery_result, store_error> recover(const index_contents& index);
+
+  /// Pending snapshots recorded under model name `model` become sealed
+  /// retained snapshots of `model_index` when their fingerprint equals the
+  /// model's (set_fingerprint first); the others are freed and counted by
+  /// the field that differs. Returns how many were taken; the keeper gets
+  /// them with take_restored.
+  std::size_t claim(std::uint32_t model_index, std::string_view model);
+
+  /// Frees every pending snapshot no model claimed (unknown_model).
+  std::size_t discard_unclaimed();
+
+  /// The snapshots claim() took for `model_index`, once.
+  std::vector<restored_snapshot> take_restored(std::uint32_t model_index);
+
+  /// The file persist() writes the index to (the store owns it from here).
+  void attach_index(index_file file);
+  /// The attached index's fd, or -1.
+  int index_fd() const noexcept;
+  /// Writes snapshot_index() to the attached index, closed: the last step of
+  /// a clean stop. Returns the snapshots recorded.
+  expected<std::size_t, store_error> persist();
 
   /// Protects a sealed snapshot from eviction (counted: pin twice, unpin twice).
   expected<void, store_error> pin(snapshot_handle h);
@@ -241,6 +310,8 @@ private:
 
   struct entry {
     snapshot_meta meta;
+    std::shared_ptr<const snapshot_label> label;
+    std::uint64_t seed = 0;   // the checksum's seed (meta_seed at reserve; recorded when recovered)
     std::uint64_t offset = 0;
     std::uint64_t size = 0;   // charged bytes, a multiple of the granularity
     std::uint64_t length = 0; // requested bytes
@@ -263,6 +334,8 @@ private:
     std::uint64_t snapshots = 0;
     std::uint64_t parked_evictions = 0;
     std::uint64_t retained_evictions = 0;
+    std::optional<kv_fingerprint> fingerprint;
+    std::string name;
   };
 
   struct placement {
@@ -276,6 +349,7 @@ private:
                  std::uint64_t granularity, std::uint64_t retained_limit, eviction_value value,
                  std::uint64_t warm_target);
 
+  std::uint32_t new_entry_locked();
   entry* find_locked(snapshot_handle h);
   const entry* find_locked(snapshot_handle h) const;
   expected<placement, store_error> place_locked(const snapshot_meta& meta, std::uint64_t need);
@@ -321,6 +395,11 @@ private:
   std::uint64_t warm_bytes_ = 0;
   std::uint64_t warm_target_ = 0;
   store_host_times host_; // guarded by mutex_
+  discard_counts discarded_{};
+  std::uint64_t restored_ = 0;
+  std::vector<index_record> pending_; // recovered, not claimed yet: their extents are set aside
+  std::map<std::uint32_t, std::vector<restored_snapshot>> claimed_; // by model index
+  std::optional<index_file> index_file_;
 };
 
 /// "<index>#<generation>", for logs and error messages.
