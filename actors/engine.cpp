@@ -1,5 +1,6 @@
 #include "actors/engine.hpp"
 
+#include "actors/constrained_decoding.hpp"
 #include "actors/model_fingerprint.hpp"
 #include "actors/store_restart.hpp"
 #include "backends/factory.hpp"
@@ -46,6 +47,26 @@ std::uint64_t retained_share_bytes(const engine_config& cfg) {
     return 0;
   return static_cast<std::uint64_t>(cfg.reuse.store_share
                                     * static_cast<double>(cfg.store.max_bytes));
+}
+
+// Why `c` cannot constrain a request, if it cannot.
+std::optional<std::string> check_constraint(const output_constraint& c) {
+  if (!c.grammar)
+    return "the output constraint has no grammar";
+  grammar::matcher m{c.grammar};
+  if (m.exhausted())
+    return "the output constraint's grammar passes the matcher's bounds at its start";
+  for (std::size_t i = 0; i < c.triggers.size(); ++i) {
+    const auto& t = c.triggers[i];
+    if (t.empty())
+      return fmt::format("output constraint trigger {} is empty", i);
+    m.rollback_to(0);
+    if (!m.feed(std::string_view{t}))
+      return fmt::format("output constraint trigger {} ('{}') does not begin the grammar's "
+                         "language (the constrained text starts with its trigger)",
+                         i, t);
+  }
+  return std::nullopt;
 }
 
 } // namespace
@@ -134,6 +155,8 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
     setup.transfer_heartbeat = e.transfer_heartbeat;
     e.scheduler = spawn_scheduler(sys, std::move(setup));
     e.health = std::make_shared<model_health>();
+    e.grammar = std::make_shared<model_grammar>(
+      e.backend, std::min(e.backend->tokens().size(), info.vocab_size));
     self->models_.push_back(std::move(e));
   }
   std::vector<monitored_model> watched;
@@ -219,6 +242,11 @@ engine::prepare(submit_request& req) {
                             info.max_context));
   if (req.client.empty())
     return fail(submit_errc::invalid_request, "the client name is empty");
+  if (req.constraint) {
+    if (auto bad = check_constraint(*req.constraint))
+      return fail(submit_errc::invalid_request, std::move(*bad));
+    sub->constraint = std::make_shared<const constraint_setup>(m->grammar->setup_for(req.constraint));
+  }
 
   sub->id = next_id_.fetch_add(1);
   sub->fairness_unit = req.fairness_unit.empty() ? req.client : std::move(req.fairness_unit);

@@ -18,6 +18,7 @@
 
 #include "actors/engine_config.hpp"
 #include "actors/engine_monitor.hpp"
+#include "actors/grammar_vocabulary.hpp"
 #include "actors/model_health.hpp"
 #include "actors/output_constraint.hpp"
 #include "actors/scheduler.hpp"
@@ -94,6 +95,8 @@ struct model_entry {
   std::shared_ptr<lane_heartbeat> compute_heartbeat;
   std::shared_ptr<lane_heartbeat> transfer_heartbeat;
   std::shared_ptr<model_health> health; ///< failed or serving, and the latest figures
+  /// Its grammar vocabulary (built on the first constrained request) and mask caches.
+  std::shared_ptr<model_grammar> grammar;
 };
 
 /// A model that failed, and why.

@@ -101,6 +101,8 @@ using transfer_done_ptr = std::shared_ptr<transfer_done>;
 
 // -- sessions --------------------------------------------------------------------
 
+struct constraint_setup; // actors/constrained_decoding.hpp
+
 /// A validated request as the scheduler receives it.
 struct submission {
   seq_id id = 0;
@@ -111,6 +113,8 @@ struct submission {
   priority_class priority = priority_class::interactive;
   std::vector<token_id> prompt;
   sampling_params sampling;
+  /// The grammar its output follows (actors/constrained_decoding); null: free text.
+  std::shared_ptr<const constraint_setup> constraint;
   caf::actor session; ///< receives tokens_atom and end_atom messages
 };
 using submission_ptr = std::shared_ptr<submission>;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -116,16 +117,54 @@ double sampler::next_unit() noexcept {
 }
 
 backends::token_id sampler::sample(std::span<const float> logits) {
+  return sample(logits, {});
+}
+
+std::span<const float> sampler::masked(std::span<const float> logits,
+                                       std::span<const std::uint64_t> allowed,
+                                       std::optional<backends::token_id>& forced) {
+  masked_.assign(logits.size(), neg_inf);
+  const std::size_t n = std::min(logits.size(), allowed.size() * 64);
+  std::optional<backends::token_id> first;
+  bool any_finite = false;
+  for (std::size_t w = 0; w * 64 < n; ++w) {
+    for (std::uint64_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+      const std::size_t i = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+      if (i >= n)
+        break;
+      if (!first)
+        first = static_cast<backends::token_id>(i);
+      masked_[i] = logits[i];
+      any_finite = any_finite || clean(logits[i]) != neg_inf;
+    }
+  }
+  if (!any_finite)
+    forced = first;
+  return masked_;
+}
+
+backends::token_id sampler::sample(std::span<const float> logits,
+                                   std::span<const std::uint64_t> allowed) {
   if (params_.token_limit != 0 && logits.size() > params_.token_limit)
     logits = logits.first(params_.token_limit);
+  std::optional<backends::token_id> forced;
+  if (!allowed.empty())
+    logits = masked(logits, allowed, forced);
+  if (forced) {
+    // Only tokens the model rules out are allowed (a complete grammar's end token): take the
+    // first, with the draw a non-greedy call makes, so the stream position stays per token.
+    const float temperature = params_.temperature;
+    if (temperature > 0.0f && std::isfinite(temperature) && std::isfinite(1.0f / temperature))
+      (void)next_unit();
+  }
   if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) {
-    const auto t = pick(logits);
+    const auto t = forced ? *forced : pick(logits);
     if (params_.logprobs)
       logprobs_ = log_probabilities(logits, params_.temperature, t, params_.top_logprobs);
     return t;
   }
   const auto row = penalised(logits);
-  const auto t = pick(row);
+  const auto t = forced ? *forced : pick(row);
   if (params_.logprobs)
     logprobs_ = log_probabilities(row, params_.temperature, t, params_.top_logprobs);
   auto it = std::lower_bound(counts_.begin(), counts_.end(), t,

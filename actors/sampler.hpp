@@ -31,6 +31,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -112,6 +113,14 @@ public:
   /// always < logits.size(), or 0 for an empty row. Allocates only when the
   /// row is longer than any seen before.
   backends::token_id sample(std::span<const float> logits);
+  /// The same with a token mask (constrained decoding): token t may be drawn only if bit t of
+  /// `allowed` (bit t % 64 of word t / 64) is set; the others get -inf before penalties,
+  /// temperature, top-k, top-p and logprobs, so the draw is from the allowed tokens alone. When
+  /// every allowed token's logit is -inf or NaN (e.g. a grammar that is complete allows only
+  /// the end token, which the model scores -inf), the lowest allowed id is returned (with the
+  /// one random draw a non-greedy call makes). An empty `allowed` is no mask; a mask that
+  /// allows nothing is read as every logit -inf (token 0): the caller ends such a sequence.
+  backends::token_id sample(std::span<const float> logits, std::span<const std::uint64_t> allowed);
   // With a penalty set, the logits are first copied and penalised by the
   // counts of the tokens this sampler returned before (a sparse count table).
 
@@ -140,6 +149,10 @@ private:
   backends::token_id sample_all(std::size_t k, double u) noexcept;
   backends::token_id pick(std::span<const float> logits);
   std::span<const float> penalised(std::span<const float> logits);
+  /// `logits` with the tokens `allowed` does not have at -inf (into masked_); sets `forced`
+  /// to the lowest allowed id when no allowed token has a finite logit.
+  std::span<const float> masked(std::span<const float> logits, std::span<const std::uint64_t> allowed,
+                                std::optional<backends::token_id>& forced);
 
   sampling_params params_;
   sampler_state state_;
@@ -149,6 +162,7 @@ private:
   std::vector<std::uint32_t> order_;  // candidate token ids
   std::vector<double> buckets_;       // probability mass per log-probability band (top-p)
   std::vector<float> penalised_;      // penalised copy of the row (penalties only)
+  std::vector<float> masked_;         // masked copy of the row (token masks only)
   std::vector<std::pair<backends::token_id, std::uint32_t>> counts_; // returned tokens, sorted
   token_logprobs logprobs_;           // of the last sampled token (logprobs only)
 };

@@ -64,6 +64,9 @@ struct scheduler_state {
   std::uint64_t step_number = 0;
   bool step_in_flight = false;
   clock::time_point step_started;
+  /// The masks computed while the step in flight runs: how many, and when the last was done.
+  std::uint32_t step_masks = 0;
+  clock::time_point step_masks_done;
   cost_model costs;
   output_lengths outputs; ///< finished lengths, for how long a resident runs on
   scheduler_stats stats;
@@ -144,6 +147,8 @@ public:
       return;
     }
 
+    if (st_.step_masks > 0 && st_.step_masks_done <= done.end)
+      st_.stats.masks.hidden += st_.step_masks;
     std::uint32_t total_tokens = 0;
     for (auto& row : plan.rows)
       total_tokens += static_cast<std::uint32_t>(row.tokens.size());
@@ -168,10 +173,31 @@ public:
       life_.charge_step(*s);
       if (s->kv_len < s->tokens.size())
         continue; // a prefill chunk that is not the last one
-      auto tok = s->smp.sample(done.out.row(i));
-      if (s->smp.is_stop(tok)) {
+      auto* grammar = s->constrained.get();
+      if (grammar && !grammar->mask_ready()) {
+        const auto t0 = clock::now();
+        grammar->prepare_mask();
+        st_.stats.masks.observe(us_between(t0, clock::now()), false);
+      }
+      if (grammar && grammar->stuck()) {
+        life_.retain_or_release(*s, clock::now());
+        life_.finish(*s, end_reason::error, "the output grammar allows no token of the model's "
+                                            "vocabulary here", clock::now());
+        continue;
+      }
+      auto tok = grammar ? s->smp.sample(done.out.row(i), grammar->mask())
+                         : s->smp.sample(done.out.row(i));
+      if (s->smp.is_stop(tok) || (grammar && grammar->is_end(tok))) {
         life_.retain_or_release(*s, clock::now());
         life_.finish(*s, end_reason::stop, {}, clock::now());
+        continue;
+      }
+      const auto outcome =
+        grammar ? grammar->advance(tok) : constrained_output::outcome::more;
+      if (outcome == constrained_output::outcome::broken) {
+        life_.retain_or_release(*s, clock::now());
+        life_.finish(*s, end_reason::error, "a sampled token left the output grammar",
+                     clock::now());
         continue;
       }
       s->tokens.push_back(tok);
@@ -183,7 +209,10 @@ public:
                     std::vector<token_logprobs>{s->smp.last_logprobs()});
       else
         self_->send(s->session, tokens_atom::value, std::vector<token_id>{tok});
-      if (s->generated >= s->smp.params().max_tokens) {
+      if (outcome == constrained_output::outcome::complete) {
+        life_.retain_or_release(*s, clock::now());
+        life_.finish(*s, end_reason::stop, {}, clock::now());
+      } else if (s->generated >= s->smp.params().max_tokens) {
         life_.retain_or_release(*s, clock::now());
         life_.finish(*s, end_reason::length, {}, clock::now());
       }
@@ -470,6 +499,7 @@ private:
     if (rows.empty())
       return;
     auto plan = life_.start_step(rows, ++st_.step_number);
+    const std::shared_ptr<const step_plan> plan_view = plan; // the lane gets `plan` itself
     st_.step_in_flight = true;
     st_.step_started = clock::now();
     self_->request(st_.compute, caf::infinite, step_atom::value, std::move(plan))
@@ -481,6 +511,29 @@ private:
                                         self->state.setup.model, caf::to_string(err));
               self->quit(err);
             });
+    prepare_masks(*plan_view);
+  }
+
+  // While the device runs a step, the masks of the rows that sample after it are computed
+  // from their grammar state after the last sampled token (actors/constrained_decoding): the
+  // host's share of constrained decoding overlaps the step instead of following it.
+  void prepare_masks(const step_plan& plan) {
+    st_.step_masks = 0;
+    for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+      auto* s = find(plan.seqs[i]);
+      if (!s || !s->constrained || s->constrained->mask_ready()
+          || s->kv_len + plan.rows[i].tokens.size() < s->tokens.size())
+        continue; // free text, or a prefill chunk that is not the last
+      const auto t0 = clock::now();
+      s->constrained->prepare_mask();
+      st_.step_masks_done = clock::now();
+      st_.stats.masks.observe(us_between(t0, st_.step_masks_done), true);
+      ++st_.step_masks;
+    }
+  }
+
+  static double us_between(clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
   }
 
   // -- the backoff's probe (actors/fault_policy, docs/scheduling.md "Failures") --

@@ -13,6 +13,7 @@
 //
 // Pure: values in, values out; `now` is passed in. Threading: the scheduler's.
 
+#include "actors/constrained_decoding.hpp"
 #include "actors/cost_model.hpp"
 #include "actors/fault_policy.hpp"
 #include "actors/messages.hpp"
@@ -68,6 +69,7 @@ struct scheduler_stats {
   double transfer_ms = 0;      ///< transfer time in total
   double dump_ms_total = 0, load_ms_total = 0;
   double transfer_hidden_ms = 0; ///< transfer time during which a step ran
+  mask_figures masks; ///< token masks of constrained sequences (actors/constrained_decoding)
   double step_base_ms = 0, step_per_token_ms = 0; ///< cost model (0 = not yet known)
   double dump_ms = 0, load_ms = 0; ///< cost model for one full snapshot (0 = not yet known)
   bool failed_model = false; ///< set by the engine: the scheduler stopped (figures are its last)

@@ -346,6 +346,8 @@ void sequence_lifecycle::stop_now(sequence& s, std::uint32_t generated, std::uin
   const auto kept = s.prompt_len + std::min(keep, s.generated);
   if (s.tokens.size() > kept)
     s.tokens.resize(kept);
+  if (s.constrained)
+    s.constrained->rollback(kept - s.prompt_len); // the grammar state of the kept tokens
   s.kv_len = std::min<std::uint32_t>(s.kv_len, kept);
   if (s.state == kv_state::parked)
     t_.kv.release(s.id);

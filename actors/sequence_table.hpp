@@ -19,6 +19,7 @@
 // Pure: no clock, no actor. Threading: one scheduler.
 
 #include "actors/aging_queue.hpp"
+#include "actors/constrained_decoding.hpp"
 #include "actors/messages.hpp"
 #include "actors/mlfq_policy.hpp"
 #include "actors/rank_index.hpp"
@@ -52,6 +53,9 @@ struct sequence {
   std::uint32_t prompt_len = 0;
   std::uint32_t generated = 0;
   sampler smp;
+  /// Its grammar state when the request has an output constraint (actors/constrained_decoding):
+  /// part of the sequence, so it stays through a park, a load and a recompute.
+  std::unique_ptr<constrained_output> constrained;
   kv_state state = kv_state::queued;
   std::uint32_t kv_len = 0; ///< positions valid in the slot or snapshot
   std::optional<slot_id> slot;
@@ -71,7 +75,8 @@ struct sequence {
   explicit sequence(const submission& s)
     : id(s.id), client(s.client), owner(s.owner), session_name(s.session_name),
       session(s.session), tokens(s.prompt), prompt_len(static_cast<std::uint32_t>(s.prompt.size())),
-      smp(s.sampling) {}
+      smp(s.sampling),
+      constrained(s.constraint ? std::make_unique<constrained_output>(*s.constraint) : nullptr) {}
 };
 
 class sequence_table {
