@@ -84,6 +84,7 @@ private:
     auto id = b_.declare(name);
     if (!id) return fail_at(at, id.error().what);
     if (b_.defined(*id)) return fail_at(at, "rule '" + std::string{name} + "' is defined twice");
+    skip_space(true); // as llama.cpp: the body may start on the next line
     if (auto r = parse_alternatives(*id, 0); !r) return r;
     skip_space(false);
     if (!at_end() && peek() != '\n') return fail("expected the end of the line after the rule body, found " + describe());

@@ -3,8 +3,8 @@
 // kvlane::grammar::compile_gbnf — the GBNF grammar text format (llama.cpp's), compiled to a
 // grammar.
 //
-// Format: rules `name ::= body`, one per line (a body continues on the next line after `|` or
-// inside parentheses); `root` is the start rule; `# comment` to the end of a line. A body is
+// Format: rules `name ::= body`, one per line (a body may start on the line after `::=` and
+// continues on the next line after `|` or inside parentheses); `root` is the start rule; `# comment` to the end of a line. A body is
 // alternatives separated by `|`, each a sequence of: "literal" (escapes \n \r \t \\ \" \' \[
 // \] \xHH \uHHHH \UHHHHHHHH), a class [a-z0-9_] or [^"\\] (same escapes, ranges of code
 // points), `.` (any character), a rule name, or ( group ); each may be followed by *, +, ?,

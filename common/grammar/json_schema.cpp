@@ -2,11 +2,13 @@
 
 #include "common/grammar/gbnf.hpp"
 #include "common/grammar/regex.hpp"
+#include "common/grammar/utf8_ranges.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
@@ -217,6 +219,17 @@ private:
       if (!alts.is_array() || alts.empty()) return fail(p, std::string{"'"} + key + "' must be a non-empty array");
       if (auto others = constraint_keys({key}); !others.empty())
         return fail(ptr + "/" + others[0], "'" + others[0] + "' beside '" + key + "' is not supported");
+      if (std::string_view{key} == "oneOf") {
+        // Generated as a plain alternation, which is exact only when no value matches two
+        // branches: required here, judged by the kinds of value each branch admits.
+        std::vector<value_kinds> kinds;
+        for (const auto& a : alts) kinds.push_back(kinds_of(a, 0));
+        for (std::size_t i = 0; i < kinds.size(); ++i)
+          for (std::size_t j = i + 1; j < kinds.size(); ++j)
+            if (kinds[i].overlaps(kinds[j]))
+              return fail(p, "'oneOf' branches " + std::to_string(i) + " and " + std::to_string(j) +
+                                 " may both match a value (oneOf is supported when its branches differ by type or by constant value; use anyOf)");
+      }
       std::string body;
       for (std::size_t k = 0; k < alts.size(); ++k) {
         auto sub = visit(alts[k], p + "/" + std::to_string(k), depth + 1);
@@ -263,6 +276,73 @@ private:
       body += (body.empty() ? "" : " | ") + *one;
     }
     return types.size() == 1 ? body : "(" + body + ")";
+  }
+
+  /// What values a schema may admit, coarsely: a set of JSON types, or (for const and enum)
+  /// the exact values. Two schemas whose kinds do not overlap admit no common value.
+  struct value_kinds {
+    static constexpr unsigned object = 1, array = 2, string = 4, number = 8, boolean = 16, null = 32, all = 63;
+    unsigned types = 0;                    ///< types admitted by a non-constant part
+    std::vector<json> values;              ///< constants admitted besides
+    static unsigned type_of(const json& v) {
+      if (v.is_object()) return object;
+      if (v.is_array()) return array;
+      if (v.is_string()) return string;
+      if (v.is_number()) return number;
+      if (v.is_boolean()) return boolean;
+      return null;
+    }
+    bool overlaps(const value_kinds& o) const {
+      if (types & o.types) return true;
+      for (const auto& v : values)
+        if ((o.types & type_of(v)) || std::find_if(o.values.begin(), o.values.end(), [&](const json& w) {
+              return v == w || (v.is_number() && w.is_number() && v.get<double>() == w.get<double>());
+            }) != o.values.end())
+          return true;
+      for (const auto& w : o.values)
+        if (types & type_of(w)) return true;
+      return false;
+    }
+  };
+
+  value_kinds kinds_of(const json& s, std::uint32_t depth) const {
+    value_kinds k;
+    if (depth > opt_.lim.max_nesting || !s.is_object()) { k.types = value_kinds::all; return k; }
+    if (s.contains("$ref") && s["$ref"].is_string()) {
+      const std::string target = s["$ref"].get<std::string>();
+      try {
+        if (!target.empty() && target[0] == '#') return kinds_of(root_.at(json::json_pointer(target.substr(1))), depth + 1);
+      } catch (const std::exception&) {
+      }
+      k.types = value_kinds::all; // reported when the branch itself is compiled
+      return k;
+    }
+    if (s.contains("const")) { k.values.push_back(s["const"]); return k; }
+    if (s.contains("enum") && s["enum"].is_array()) { k.values.assign(s["enum"].begin(), s["enum"].end()); return k; }
+    for (const char* key : {"anyOf", "oneOf"})
+      if (s.contains(key) && s[key].is_array()) {
+        for (const auto& a : s[key]) {
+          value_kinds b = kinds_of(a, depth + 1);
+          k.types |= b.types;
+          k.values.insert(k.values.end(), b.values.begin(), b.values.end());
+        }
+        return k;
+      }
+    if (!s.contains("type")) { k.types = value_kinds::all; return k; }
+    std::vector<std::string> names;
+    if (s["type"].is_string()) names.push_back(s["type"].get<std::string>());
+    else if (s["type"].is_array())
+      for (const auto& t : s["type"]) if (t.is_string()) names.push_back(t.get<std::string>());
+    for (const auto& t : names) {
+      if (t == "object") k.types |= value_kinds::object;
+      else if (t == "array") k.types |= value_kinds::array;
+      else if (t == "string") k.types |= value_kinds::string;
+      else if (t == "integer" || t == "number") k.types |= value_kinds::number;
+      else if (t == "boolean") k.types |= value_kinds::boolean;
+      else if (t == "null") k.types |= value_kinds::null;
+      else k.types = value_kinds::all;
+    }
+    return k;
   }
 
   expected<std::string, error> ref(const json& r, const std::string& ptr, std::uint32_t depth) {
@@ -332,7 +412,7 @@ private:
       if (!v) return v;
       kvs.push_back({as_rule(gbnf_literal(json(it.key()).dump() + ":") + " " + *v), required.count(it.key()) > 0});
     }
-    const std::string extra_kv = extra.empty() ? "" : "json-string \":\" " + extra;
+    const std::string extra_kv = extra.empty() ? "" : other_key(props) + " \":\" " + extra;
     // after_k: the rest once at least one property is out (each next one needs a comma);
     // first_k: the rest before any is out. Built from the last property back.
     std::string after = extra.empty() ? "\"\"" : new_rule("(\",\" " + extra_kv + ")*", "more");
@@ -345,6 +425,68 @@ private:
       first = new_first;
     }
     return "\"{\" " + first + " \"}\"";
+  }
+
+  /// A JSON string that is none of `props`' names (an additional property's key): the names'
+  /// trie spelled as rules. While the key still follows a name, each character is taken raw
+  /// or as a short escape (\" \\ \/ \b \f \n \r \t) and moves along the trie; any other
+  /// character leaves it, and from there the key is any string. A \u escape is taken only off
+  /// the trie (so no spelling of a listed name gets through), and the closing quote only where
+  /// the characters so far are not a whole name.
+  std::string other_key(const json& props) {
+    if (props.empty()) return "json-string";
+    struct trie_node {
+      std::map<std::uint32_t, std::size_t> next; // code point -> node
+      bool name = false;
+    };
+    std::vector<trie_node> trie(1);
+    for (auto it = props.begin(); it != props.end(); ++it) {
+      std::size_t at = 0;
+      const std::string& key = it.key();
+      for (std::size_t i = 0; i < key.size();) {
+        const std::int32_t cp = next_code_point(key, i);
+        if (cp < 0) break; // nlohmann rejects invalid UTF-8 in keys; never reached
+        auto [slot, added] = trie[at].next.emplace(static_cast<std::uint32_t>(cp), trie.size());
+        if (added) trie.emplace_back();
+        at = slot->second;
+      }
+      trie[at].name = true;
+    }
+    auto code = [](std::uint32_t cp) {
+      char buf[16];
+      if ((cp >= '0' && cp <= '9') || (cp >= 'A' && cp <= 'Z') || (cp >= 'a' && cp <= 'z') || cp == '_') return std::string(1, static_cast<char>(cp));
+      if (cp < 0x80) std::snprintf(buf, sizeof buf, "\\x%02X", cp);
+      else if (cp <= 0xFFFF) std::snprintf(buf, sizeof buf, "\\u%04X", cp);
+      else std::snprintf(buf, sizeof buf, "\\U%08X", cp);
+      return std::string{buf};
+    };
+    static constexpr std::pair<char, std::uint32_t> short_escapes[] = {
+        {'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 8}, {'f', 12}, {'n', 10}, {'r', 13}, {'t', 9}};
+    const std::string free = new_rule("json-char* \"\\\"\"", "key-rest");
+    std::vector<std::string> names(trie.size());
+    for (std::size_t n = 0; n < trie.size(); ++n) names[n] = "key-" + std::to_string(counter_++);
+    for (std::size_t n = 0; n < trie.size(); ++n) {
+      std::string body;
+      auto alt = [&body](const std::string& a) { body += (body.empty() ? "" : " | ") + a; };
+      if (!trie[n].name) alt("\"\\\"\"");
+      // Letters and digits first, escapes after them (a hex digit after \xHH would read as
+      // part of it in xgrammar's parser), then the characters no key takes raw.
+      std::string raw, escaped;
+      for (const auto& [cp, child] : trie[n].next) {
+        if (cp >= 0x20 && cp != '"' && cp != '\\') alt("\"" + code(cp) + "\" " + names[child]);
+        (code(cp).size() == 1 ? raw : escaped) += code(cp);
+      }
+      alt("[^" + raw + escaped + "\"\\\\\\x00-\\x1F] " + free);
+      std::string off = "[";
+      for (const auto& [c, decoded] : short_escapes) {
+        auto it = trie[n].next.find(decoded);
+        if (it != trie[n].next.end()) alt("\"\\\\" + std::string(c == '"' || c == '\\' ? "\\" : "") + c + "\" " + names[it->second]);
+        else off += std::string(c == '\\' ? "\\" : "") + c;
+      }
+      if (off.size() > 1) alt("\"\\\\\" " + off + "] " + free);
+      rules_ += names[n] + " ::= " + body + "\n";
+    }
+    return "\"\\\"\" " + names[0];
   }
 
   expected<std::string, error> array(const json& s, const std::string& ptr, std::uint32_t depth) {
@@ -443,17 +585,69 @@ private:
     return new_rule(body, "int");
   }
 
-  expected<std::string, error> number(const json& s, const std::string& ptr) {
-    for (const char* key : {"maximum", "exclusiveMinimum", "exclusiveMaximum"})
-      if (s.contains(key))
-        return fail(ptr + "/" + key, std::string{"'"} + key + "' on type number is not supported (integer bounds are; on numbers only 'minimum: 0')");
-    if (s.contains("minimum")) {
-      const json& m = s["minimum"];
-      if (!m.is_number() || m.get<double>() != 0.0)
-        return fail(ptr + "/minimum", "'minimum' on type number is supported only as 0 (integer bounds are enforced exactly)");
-      return std::string{"json-unsigned"};
+  /// Non-negative decimals x with lo <= x <= hi (or < where exclusive; `bounded` false: no upper
+  /// bound), lo and hi whole numbers: an integer part and an optional fraction, no exponent.
+  std::string magnitude(std::int64_t lo, bool lo_excl, bool bounded, std::int64_t hi, bool hi_excl) {
+    const std::string frac = "(\".\" [0-9]{1,15})?";
+    const std::string frac_zero = "(\".\" \"0\"{1,15})?";
+    const std::string frac_nonzero = "\".\" \"0\"{0,14} [1-9] [0-9]{0,14}";
+    std::vector<std::string> alts;
+    const std::string lo_s = "\"" + std::to_string(lo) + "\"";
+    if (bounded && hi == lo) {
+      if (!lo_excl && !hi_excl) alts.push_back(lo_s + " " + frac_zero);
+    } else if (!bounded || hi > lo) {
+      alts.push_back(lo_s + " " + (lo_excl ? frac_nonzero : frac)); // x in [lo, lo+1)
+      if (!bounded || hi - 1 >= lo + 1)
+        alts.push_back(uint_range(lo + 1, bounded ? std::optional<std::int64_t>{hi - 1} : std::nullopt) + " " + frac);
+      if (bounded && !hi_excl) alts.push_back("\"" + std::to_string(hi) + "\" " + frac_zero); // x == hi
     }
-    return std::string{"json-number"};
+    std::string out;
+    for (const auto& a : alts) out += (out.empty() ? "" : " | ") + a;
+    return out;
+  }
+
+  expected<std::string, error> number(const json& s, const std::string& ptr) {
+    // Whole-number bounds, kept exactly with their exclusivity; the tightest of each side wins.
+    std::optional<std::int64_t> lo, hi;
+    bool lo_excl = false, hi_excl = false;
+    for (auto [key, upper, excl] : {std::tuple{"minimum", false, false}, std::tuple{"exclusiveMinimum", false, true},
+                                    std::tuple{"maximum", true, false}, std::tuple{"exclusiveMaximum", true, true}}) {
+      if (!s.contains(key)) continue;
+      const json& v = s[key];
+      if (v.is_boolean()) return fail(ptr + "/" + key, std::string{"boolean '"} + key + "' (draft 4) is not supported; use a number");
+      if (!v.is_number()) return fail(ptr + "/" + key, std::string{"'"} + key + "' must be a number");
+      const double d = v.get<double>();
+      if (!(std::fabs(d) <= static_cast<double>(max_magnitude)))
+        return fail(ptr + "/" + key, std::string{"'"} + key + "' is beyond the supported range (18 digits)");
+      if (std::floor(d) != d)
+        return fail(ptr + "/" + key, std::string{"'"} + key + "' on type number must be a whole number (fractional bounds are not supported)");
+      const std::int64_t b = v.is_number_integer() ? v.get<std::int64_t>() : static_cast<std::int64_t>(d);
+      auto& slot = upper ? hi : lo;
+      bool& slot_excl = upper ? hi_excl : lo_excl;
+      const bool tighter = !slot || (upper ? b < *slot : b > *slot) || (b == *slot && excl);
+      if (tighter) { slot = b; slot_excl = excl; }
+    }
+    if (!lo && !hi) return std::string{"json-number"};
+    if (lo && hi && (*lo > *hi || (*lo == *hi && (lo_excl || hi_excl))))
+      return fail(ptr, "the number bounds admit no value");
+    std::vector<std::string> alts;
+    // Negative values -x: x > 0, bounded by -hi from below (when hi < 0) and by -lo from above.
+    if (!lo || *lo < 0) {
+      const std::int64_t most = lo ? -*lo : 0;
+      std::string m = hi && *hi < 0 ? magnitude(-*hi, hi_excl, lo.has_value(), most, lo_excl)
+                                    : magnitude(0, true, lo.has_value(), most, lo_excl);
+      if (!m.empty()) alts.push_back("\"-\" (" + m + ")");
+    }
+    // Values x >= 0.
+    if (!hi || *hi > 0 || (*hi == 0 && !hi_excl)) {
+      const bool from_lo = lo && *lo >= 0;
+      std::string m = magnitude(from_lo ? *lo : 0, from_lo && lo_excl, hi.has_value(), hi.value_or(0), hi_excl);
+      if (!m.empty()) alts.push_back("(" + m + ")");
+    }
+    if (alts.empty()) return fail(ptr, "the number bounds admit no value");
+    std::string body;
+    for (const auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+    return new_rule(body, "num");
   }
 };
 

@@ -9,20 +9,28 @@
 //
 // Supported keywords: type (a name or an array of names), properties, required,
 // additionalProperties (false, true or a schema; when absent it is false for an object that
-// lists properties and true for one that does not), enum, const, items, minItems, maxItems,
-// anyOf, oneOf (generated as anyOf: branches are not checked for exclusivity), $ref to
-// #/$defs/..., #/definitions/... or any local JSON pointer (recursion allowed), minLength and
-// maxLength (in characters, an escape counting as one), pattern (regex.hpp's subset),
-// minimum/maximum/exclusiveMinimum/exclusiveMaximum on integers (enforced exactly; on numbers
-// only `minimum: 0` is), format date-time, date, time and uuid. Annotations ($schema, $id,
-// $comment, title, description, examples, default, deprecated, readOnly, writeOnly) are
-// ignored; $defs/definitions hold subschemas. Any other keyword is an error naming it and its
-// JSON pointer, never ignored.
+// lists properties and true for one that does not; an additional key is never one of the listed
+// names, and while it still follows one of them its characters are taken raw or as short
+// escapes, \uXXXX only off the names), enum, const, items, minItems, maxItems, anyOf, oneOf
+// (when no value can match two branches: they differ by type or by constant value; overlapping
+// branches are an error naming oneOf, never read as anyOf), $ref to #/$defs/...,
+// #/definitions/... or any local JSON pointer (recursion allowed), minLength and maxLength (in
+// characters, an escape counting as one), pattern (regex.hpp's subset), minimum, maximum,
+// exclusiveMinimum and exclusiveMaximum (on integers enforced exactly, fractional bounds rounded
+// inward; on numbers whole-number bounds enforced exactly, fraction digits included, and a
+// bounded number is written without an exponent; a fractional bound on a number is an error),
+// format date-time, date, time and uuid. Annotations ($schema, $id, $comment, title,
+// description, examples, default, deprecated, readOnly, writeOnly) are ignored;
+// $defs/definitions hold subschemas. Any other keyword is an error naming it and its JSON
+// pointer, never ignored; so is pattern together with minLength, maxLength or format, and
+// format together with minLength or maxLength.
 //
 // Bounds, so the language is finite where the schema is: integers have at most 19 digits,
 // numbers at most 16 integer digits, 15 fraction digits and a 3-digit exponent; "any value"
 // (schema true, {} or an object without properties) nests at most `max_any_depth` levels.
-// Keys of additional properties are not checked against the listed ones.
+//
+// Checked against xgrammar's own JSON Schema compiler by tests/grammar_xcheck (docs/grammar.md
+// lists where the two differ and which is right).
 
 #include "common/grammar/grammar.hpp"
 

@@ -57,6 +57,13 @@ TEST_CASE("grammar json_schema: additionalProperties true or a schema allows fur
   check_all(sut, {R"({})", R"({"a":1})", R"({"a":1,"x":"y","z":""})", R"({"x":"y"})"},
             {R"({"x":1})", R"({"a":1,"x":2})"});
   check_all(schema(R"({"type":"object","additionalProperties":true})"), {R"({"k":[1,{"z":null}]})"}, {"[]"});
+  // An additional key is never a listed name, however spelled (a listed property must match
+  // its own schema), yet may start like one, extend one or escape characters off the names.
+  auto keys = schema(R"({"type":"object","properties":{"ab":{"type":"integer"},"a/\"":{"type":"integer"}},
+    "additionalProperties":{"type":"string"}})");
+  check_all(keys, {R"({"a":""})", R"({"abc":""})", R"({"b":""})", R"({"":""})", R"({"a\/":""})", R"({"x\u0061":""})",
+                   R"({"ab":1,"a\n":""})"},
+            {R"({"ab":""})", R"({"a\/\"":""})", R"({"a/\"":""})", R"({"ab":1,"ab":""})", R"({"\u0061b":""})"});
   // No properties and no additionalProperties: any object (bounded depth).
   check_all(schema(R"({"type":"object"})"), {R"({})", R"({"a":{"b":[1,"x",true]}})"}, {R"({"a":})"});
 }
@@ -78,6 +85,14 @@ TEST_CASE("grammar json_schema: anyOf and oneOf are alternatives") {
   check_all(schema(R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":1}]})"), {"5", R"("a")"},
             {R"("ab")", "true"});
   check_all(schema(R"({"oneOf":[{"const":1},{"const":2}]})"), {"1", "2"}, {"3"});
+  check_all(schema(R"({"oneOf":[{"type":"string"},{"enum":[1,null]},{"$ref":"#/$defs/o"}],"$defs":{"o":{"type":"object"}}})"),
+            {R"("s")", "1", "null", "{}"}, {"2", "true"});
+  // oneOf is exact only when no value can match two branches; otherwise it is refused, not
+  // silently read as anyOf.
+  CHECK(error_of(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})") ==
+        "/oneOf: 'oneOf' branches 0 and 1 may both match a value (oneOf is supported when its branches differ by type or by constant value; use anyOf)");
+  CHECK(error_of(R"({"oneOf":[{"enum":["a","b"]},{"type":"string"}]})").find("'oneOf' branches 0 and 1") != std::string::npos);
+  CHECK(error_of(R"({"oneOf":[{"const":1},{"const":1.0}]})").find("'oneOf' branches 0 and 1") != std::string::npos);
 }
 
 TEST_CASE("grammar json_schema: local $ref to $defs and definitions, recursion included") {
@@ -122,7 +137,20 @@ TEST_CASE("grammar json_schema: integer minimum, maximum and exclusive bounds ar
   check_all(schema(R"({"type":"integer","minimum":2.5,"maximum":4.5})"), {"3", "4"}, {"2", "5"});
   check_all(schema(R"({"type":"number","minimum":0})"), {"0", "2.5"}, {"-1"});
   CHECK(error_of(R"({"type":"integer","minimum":5,"maximum":4})") == "/: the integer bounds admit no value");
-  CHECK(error_of(R"({"type":"number","maximum":4})").find("/maximum: 'maximum' on type number is not supported") == 0);
+}
+
+TEST_CASE("grammar json_schema: whole-number bounds on numbers are enforced exactly, fractions included") {
+  check_all(schema(R"({"type":"number","minimum":-2,"maximum":3})"),
+            {"-2", "-2.0", "-1.99", "-0.5", "0", "0.25", "2.999", "3", "3.000"},
+            {"-2.01", "-3", "3.001", "4", "-0", "1e0", "10"});
+  check_all(schema(R"({"type":"number","exclusiveMinimum":-2,"exclusiveMaximum":3})"),
+            {"-1.999", "-1", "0", "2.5", "2.999999"}, {"-2", "-2.0", "-2.5", "3", "3.0", "3.5"});
+  check_all(schema(R"({"type":"number","exclusiveMinimum":5})"), {"5.001", "5.1", "6", "123456.7"}, {"5", "5.0", "5.000", "4.9", "-6"});
+  check_all(schema(R"({"type":"number","maximum":-10})"), {"-10", "-10.0", "-11", "-10.5", "-99999"}, {"-9.99", "0", "5"});
+  check_all(schema(R"({"type":"number","minimum":7,"maximum":7})"), {"7", "7.00"}, {"7.01", "6.99"});
+  CHECK(error_of(R"({"type":"number","maximum":2.5})") ==
+        "/maximum: 'maximum' on type number must be a whole number (fractional bounds are not supported)");
+  CHECK(error_of(R"({"type":"number","minimum":3,"exclusiveMaximum":3})") == "/: the number bounds admit no value");
 }
 
 TEST_CASE("grammar json_schema: format date-time, date, time and uuid") {
