@@ -1,5 +1,7 @@
 #include "backends/chat_format.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <array>
 #include <utility>
 
@@ -7,7 +9,9 @@ namespace kvlane::backends {
 
 namespace {
 
-constexpr std::array<std::string_view, 3> roles{"system", "user", "assistant"};
+constexpr std::array<std::string_view, 4> roles{"system", "user", "assistant", "tool"};
+
+using ordered_json = nlohmann::ordered_json;
 
 backend_error invalid(std::string message) {
   return backend_error{backend_errc::invalid_argument, std::move(message)};
@@ -108,20 +112,144 @@ expected<void, backend_error> check_roles(std::span<const chat_message> messages
       known = known || messages[i].role == r;
     if (!known)
       return unexpected(invalid("message " + std::to_string(i) + " has role '" + messages[i].role
-                                + "'; expected system, user or assistant"));
+                                + "'; expected system, user, assistant or tool"));
   }
   return {};
 }
 
+// JSON as Python's json.dumps writes it by default (", " and ": " separators), which is what
+// the templates' `tojson` filter produces; key order as given.
+void python_json(const ordered_json& j, std::string& out) {
+  if (j.is_object()) {
+    out += '{';
+    bool first = true;
+    for (const auto& [k, v] : j.items()) {
+      out += first ? "" : ", ";
+      first = false;
+      out += ordered_json(k).dump();
+      out += ": ";
+      python_json(v, out);
+    }
+    out += '}';
+  } else if (j.is_array()) {
+    out += '[';
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      out += i == 0 ? "" : ", ";
+      python_json(j[i], out);
+    }
+    out += ']';
+  } else {
+    out += j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  }
+}
+
+std::string python_json(const ordered_json& j) {
+  std::string out;
+  python_json(j, out);
+  return out;
+}
+
+expected<ordered_json, backend_error> json_object_of(std::string_view text, const std::string& what) {
+  auto j = ordered_json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return unexpected(invalid(what + " must be a JSON object"));
+  return j;
+}
+
+// A tool as the templates see it: {"type": "function", "function": {name, description, parameters}}.
+expected<ordered_json, backend_error> tool_json(const chat_tool& t) {
+  ordered_json fn{{"name", t.name}};
+  if (!t.description.empty())
+    fn["description"] = t.description;
+  auto params = json_object_of(t.parameters, "the parameters of tool '" + t.name + "'");
+  if (!params)
+    return unexpected(std::move(params.error()));
+  fn["parameters"] = std::move(*params);
+  return ordered_json{{"type", "function"}, {"function", std::move(fn)}};
+}
+
+expected<ordered_json, backend_error> call_arguments(const chat_tool_call& c) {
+  return json_object_of(c.arguments.empty() ? std::string_view{"{}"} : std::string_view{c.arguments},
+                        "the arguments of the call to '" + c.name + "'");
+}
+
+bool uses_tools(std::span<const chat_message> messages, std::span<const chat_tool> tools) {
+  if (!tools.empty())
+    return true;
+  for (const auto& m : messages)
+    if (m.role == "tool" || !m.tool_calls.empty())
+      return true;
+  return false;
+}
+
+// Qwen's template (Qwen3's system section: no default system text).
 expected<std::vector<token_id>, backend_error> render_chatml(const tokenizer& tok,
                                                               std::span<const chat_message> messages,
+                                                              std::span<const chat_tool> tools,
                                                               bool add_generation_prompt) {
   prompt_builder b(tok);
-  for (const auto& m : messages) {
+  std::size_t first = 0;
+  if (!tools.empty()) {
+    KVLANE_TRY(b.special("<|im_start|>"));
+    b.text("system\n");
+    if (!messages.empty() && messages[0].role == "system") {
+      b.text(messages[0].content);
+      b.text("\n\n");
+      first = 1;
+    }
+    b.text("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+           "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+    for (const auto& t : tools) {
+      auto j = tool_json(t);
+      if (!j)
+        return unexpected(std::move(j.error()));
+      b.text("\n");
+      b.text(python_json(*j));
+    }
+    b.text("\n</tools>\n\nFor each function call, return a json object with function name and "
+           "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+           "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+    KVLANE_TRY(b.special("<|im_end|>"));
+    b.text("\n");
+  }
+  for (std::size_t i = first; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    if (m.role == "tool") {
+      // Consecutive results share one user turn.
+      if (i == 0 || messages[i - 1].role != "tool") {
+        KVLANE_TRY(b.special("<|im_start|>"));
+        b.text("user");
+      }
+      b.text("\n<tool_response>\n");
+      b.text(m.content);
+      b.text("\n</tool_response>");
+      if (i + 1 == messages.size() || messages[i + 1].role != "tool") {
+        KVLANE_TRY(b.special("<|im_end|>"));
+        b.text("\n");
+      }
+      continue;
+    }
     KVLANE_TRY(b.special("<|im_start|>"));
     b.text(m.role);
-    b.text("\n");
-    b.text(m.content);
+    if (m.tool_calls.empty()) {
+      b.text("\n");
+      b.text(m.content);
+    } else {
+      if (!m.content.empty()) {
+        b.text("\n");
+        b.text(m.content);
+      }
+      for (const auto& c : m.tool_calls) {
+        auto args = call_arguments(c);
+        if (!args)
+          return unexpected(std::move(args.error()));
+        b.text("\n<tool_call>\n{\"name\": \"");
+        b.text(c.name);
+        b.text("\", \"arguments\": ");
+        b.text(python_json(*args));
+        b.text("}\n</tool_call>");
+      }
+    }
     KVLANE_TRY(b.special("<|im_end|>"));
     b.text("\n");
   }
@@ -132,18 +260,61 @@ expected<std::vector<token_id>, backend_error> render_chatml(const tokenizer& to
   return b.finish();
 }
 
+// Llama 3.1's template for custom tools (tools_in_user_message): the tools go into the first
+// user message; a call is the assistant's JSON object; a result is an ipython turn.
 expected<std::vector<token_id>, backend_error> render_llama3(const tokenizer& tok,
                                                               std::span<const chat_message> messages,
+                                                              std::span<const chat_tool> tools,
                                                               bool add_generation_prompt) {
   prompt_builder b(tok);
+  std::string tool_preamble;
+  if (!tools.empty()) {
+    tool_preamble = "Given the following functions, please respond with a JSON for a function call "
+                    "with its proper arguments that best answers the given prompt.\n\n"
+                    "Respond in the format {\"name\": function name, \"parameters\": dictionary of "
+                    "argument name and its value}.Do not use variables.\n\n";
+    for (const auto& t : tools) {
+      auto j = tool_json(t);
+      if (!j)
+        return unexpected(std::move(j.error()));
+      tool_preamble += j->dump(4, ' ', false, ordered_json::error_handler_t::replace);
+      tool_preamble += "\n\n";
+    }
+    bool has_user = false;
+    for (const auto& m : messages)
+      has_user = has_user || m.role == "user";
+    if (!has_user)
+      return unexpected(invalid("the llama3 format puts tools in the first user message; the "
+                                "conversation has none"));
+  }
+  bool tools_placed = tools.empty();
   for (std::size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
     if (i == 0)
       KVLANE_TRY(b.special("<|begin_of_text|>"));
     KVLANE_TRY(b.special("<|start_header_id|>"));
-    b.text(messages[i].role);
+    b.text(m.role == "tool" ? std::string_view{"ipython"} : std::string_view{m.role});
     KVLANE_TRY(b.special("<|end_header_id|>"));
     b.text("\n\n");
-    b.text(trim(messages[i].content));
+    if (!m.tool_calls.empty()) {
+      if (m.tool_calls.size() != 1)
+        return unexpected(invalid("message " + std::to_string(i) + " holds "
+                                  + std::to_string(m.tool_calls.size())
+                                  + " tool calls; the llama3 format holds one per message"));
+      const auto& c = m.tool_calls.front();
+      auto args = call_arguments(c);
+      if (!args)
+        return unexpected(std::move(args.error()));
+      b.text("{\"name\": \"" + c.name + "\", \"parameters\": " + python_json(*args) + "}");
+    } else if (m.role == "tool") {
+      b.text(m.content);
+    } else if (m.role == "user" && !tools_placed) {
+      b.text(tool_preamble);
+      b.text(trim(m.content));
+      tools_placed = true;
+    } else {
+      b.text(trim(m.content));
+    }
     KVLANE_TRY(b.special("<|eot_id|>"));
   }
   if (add_generation_prompt) {
@@ -218,16 +389,40 @@ std::optional<chat_format> detect_chat_format(std::string_view chat_template) no
   return std::nullopt;
 }
 
+tool_call_syntax tool_syntax_of(chat_format format) noexcept {
+  switch (format) {
+  case chat_format::chatml:
+    return tool_call_syntax::hermes;
+  case chat_format::llama3:
+    return tool_call_syntax::llama3;
+  case chat_format::exaone:
+  case chat_format::automatic:
+  case chat_format::jinja:
+    return tool_call_syntax::none;
+  }
+  return tool_call_syntax::none;
+}
+
 expected<std::vector<token_id>, backend_error> render_chat(chat_format format, const tokenizer& tok,
                                                             std::span<const chat_message> messages,
                                                             bool add_generation_prompt) {
+  return render_chat(format, tok, messages, {}, add_generation_prompt);
+}
+
+expected<std::vector<token_id>, backend_error> render_chat(chat_format format, const tokenizer& tok,
+                                                            std::span<const chat_message> messages,
+                                                            std::span<const chat_tool> tools,
+                                                            bool add_generation_prompt) {
   if (auto ok = check_roles(messages); !ok)
     return unexpected(std::move(ok.error()));
+  if (tool_syntax_of(format) == tool_call_syntax::none && uses_tools(messages, tools))
+    return unexpected(invalid("the chat format '" + std::string(to_string(format))
+                              + "' cannot express tools, tool calls or tool results"));
   switch (format) {
   case chat_format::chatml:
-    return render_chatml(tok, messages, add_generation_prompt);
+    return render_chatml(tok, messages, tools, add_generation_prompt);
   case chat_format::llama3:
-    return render_llama3(tok, messages, add_generation_prompt);
+    return render_llama3(tok, messages, tools, add_generation_prompt);
   case chat_format::exaone:
     return render_exaone(tok, messages, add_generation_prompt);
   case chat_format::automatic: {
@@ -236,7 +431,7 @@ expected<std::vector<token_id>, backend_error> render_chat(chat_format format, c
       return unexpected(invalid("the model has no chat template (chat_format = \"auto\"): set "
                                 "chat_format in its [[model]] table, or send a prompt to "
                                 "/v1/completions"));
-    return render_chat(chat_format::jinja, tok, messages, add_generation_prompt);
+    return render_chat(chat_format::jinja, tok, messages, tools, add_generation_prompt);
   }
   case chat_format::jinja:
     return tok.apply_chat_template(messages, add_generation_prompt);

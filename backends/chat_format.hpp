@@ -55,11 +55,39 @@ std::optional<chat_format> parse_chat_format(std::string_view name) noexcept;
 /// -> llama3, <|im_start|> -> chatml, [|endofturn|] -> exaone; nullopt if none.
 std::optional<chat_format> detect_chat_format(std::string_view chat_template) noexcept;
 
-/// One message of a conversation; role is system, user or assistant.
+/// A tool call an assistant message made (OpenAI's tool_calls[i], Ollama's likewise).
+struct chat_tool_call {
+  std::string id;        ///< may be empty (Ollama sends none)
+  std::string name;      ///< the function's name
+  std::string arguments; ///< a JSON object, as text
+};
+
+/// One message of a conversation; role is system, user, assistant or tool.
 struct chat_message {
   std::string role;
   std::string content;
+  std::vector<chat_tool_call> tool_calls{}; ///< assistant: the calls it made
+  std::string tool_call_id{};               ///< tool: the call this result answers
+  std::string tool_name{};                  ///< tool: the function that produced it, if known
 };
+
+/// A function the model may call (OpenAI's tools[i].function).
+struct chat_tool {
+  std::string name;
+  std::string description;
+  std::string parameters; ///< a JSON Schema object, as text (key order kept)
+};
+
+/// How a chat format writes a tool call in the model's output.
+///  - hermes (chatml: Qwen2.5, Qwen3, Hermes): one call per block,
+///      <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>, blocks separated by "\n";
+///  - llama3 (Llama 3.1 and later): the whole answer is one JSON object,
+///      {"name": "f", "parameters": {...}}.
+/// none: the format has no tool syntax kvlane knows (exaone, a model's own template).
+enum class tool_call_syntax : std::uint8_t { none, hermes, llama3 };
+
+/// The tool syntax of `format` (automatic and jinja: none).
+tool_call_syntax tool_syntax_of(chat_format format) noexcept;
 
 /// Renders messages as the model's template does: the format's special tokens
 /// by id, message content encoded with parse_special = false, the BOS where
@@ -69,6 +97,19 @@ struct chat_message {
 /// without a chat template, or a template that fails (its own message).
 expected<std::vector<token_id>, backend_error> render_chat(chat_format format, const tokenizer& tok,
                                                             std::span<const chat_message> messages,
+                                                            bool add_generation_prompt);
+
+/// The same with the functions the model may call, rendered as the model family's template
+/// does (chatml as Qwen's: a "# Tools" system section, assistant calls in <tool_call> blocks,
+/// tool results in <tool_response> blocks of a user turn; llama3 as Llama 3.1's: the tools
+/// in the first user message, an assistant call as its JSON object, results in an ipython
+/// turn). Errors (invalid_argument) besides render_chat's: tools, tool calls or tool results
+/// in a format whose tool_syntax_of is none; a tool call's arguments or a tool's parameters
+/// that are not a JSON object; llama3: more than one call in an assistant message, tools
+/// without a user message to carry them.
+expected<std::vector<token_id>, backend_error> render_chat(chat_format format, const tokenizer& tok,
+                                                            std::span<const chat_message> messages,
+                                                            std::span<const chat_tool> tools,
                                                             bool add_generation_prompt);
 
 } // namespace kvlane::backends

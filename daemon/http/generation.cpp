@@ -38,7 +38,9 @@ struct generation::render_job {
   identity who;
   admission_ticket ticket;
   std::shared_ptr<std::atomic<bool>> gone;
+  std::string model; ///< the model's name, for errors
   std::vector<backends::token_id> prompt;
+  std::shared_ptr<const actors::output_constraint> constraint; ///< null: free text
   std::optional<api_error> error;
 };
 
@@ -55,9 +57,14 @@ std::string prompt_param_of(const generation_request& req) {
 std::size_t input_bytes(const generation_request& req) {
   std::size_t n = req.prompt_text.size() + req.system.size()
                   + req.prompt_tokens.size() * sizeof(backends::token_id);
-  for (const auto& m : req.messages)
+  for (const auto& m : req.messages) {
     n += m.role.size() + m.content.size();
-  return n;
+    for (const auto& c : m.tool_calls)
+      n += c.name.size() + c.arguments.size();
+  }
+  for (const auto& t : req.tools.tools)
+    n += t.name.size() + t.description.size() + t.parameters.size();
+  return n + req.format.schema.size();
 }
 
 /// 503: the render pool's queue is full.
@@ -91,6 +98,13 @@ void render(generation::render_job& job) {
   auto& req = job.req;
   const bool chat = req.what == generation_request::kind::chat;
   try {
+    // The output's grammar first: a schema that does not compile is the request's error.
+    auto constraint = build_constraint(req.format, req.tools, job.format, job.model);
+    if (!constraint) {
+      job.error = std::move(constraint).error();
+      return;
+    }
+    job.constraint = std::move(*constraint);
     const auto& tok = job.backend->tokens();
     if (chat || !req.raw_prompt) {
       auto messages = std::move(req.messages);
@@ -99,7 +113,7 @@ void render(generation::render_job& job) {
           messages.push_back({"system", std::move(req.system)});
         messages.push_back({"user", std::move(req.prompt_text)});
       }
-      auto rendered = backends::render_chat(job.format, tok, messages, true);
+      auto rendered = backends::render_chat(job.format, tok, messages, req.tools.tools, true);
       if (!rendered)
         job.error = invalid(prompt_param_of(req), rendered.error().message);
       else
@@ -125,6 +139,8 @@ void render(generation::render_job& job) {
   req.prompt_text = {};
   req.system = {};
   req.prompt_tokens = {};
+  req.tools.tools = {};
+  req.format.schema = {};
 }
 
 /// Moves the engine's callbacks (CAF worker threads) onto the HTTP thread.
@@ -296,6 +312,7 @@ void generation::begin(generation_request req, const identity& who) {
   job->req = std::move(req);
   job->backend = m->backend;
   job->format = mc->chat_format;
+  job->model = m->name;
   job->who = who;
   job->ticket = std::move(ticket);
   job->gone = gone_;
@@ -361,6 +378,7 @@ void generation::on_rendered(render_job& job) {
   sub.sampling.logprobs = req.logprobs;
   sub.sampling.top_logprobs = req.top_logprobs;
   sub.stop_at_eos = true;
+  sub.constraint = std::move(job.constraint);
   prompt_tokens_ = static_cast<std::uint32_t>(prompt.size());
   sub.prompt_tokens = std::move(prompt);
 
@@ -479,6 +497,13 @@ void generation::on_end(const actors::stream_end& end) {
   s.cached_tokens = end.cached_tokens;
   if (!abandoned_)
     writer_->on_finish(s);
+}
+
+backends::tool_call_syntax answer_call_syntax(const service& svc, const generation_request& req) {
+  if (req.tools.tools.empty() || req.tools.choice.m == tool_choice::mode::none)
+    return backends::tool_call_syntax::none;
+  const auto* mc = svc.find_model_config(req.model);
+  return mc == nullptr ? backends::tool_call_syntax::none : backends::tool_syntax_of(mc->chat_format);
 }
 
 std::shared_ptr<generation> serve(service& svc, std::string_view body, generation::decoder decode,

@@ -4,11 +4,13 @@
 #include "daemon/http/request_decoder.hpp"
 #include "daemon/http/service.hpp"
 #include "daemon/http/stream_format.hpp"
+#include "daemon/http/tool_call_parser.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <optional>
 
 namespace kvlane::daemon::http::ollama {
 
@@ -23,8 +25,13 @@ std::int64_t ns_of(double ms) {
 /// Writes one Ollama response (generate or chat, NDJSON or one object).
 class writer final : public generation_writer {
 public:
-  writer(std::weak_ptr<responder> out, bool chat, bool stream, std::string model)
-    : out_(std::move(out)), chat_(chat), stream_(stream), model_(std::move(model)) {}
+  /// `calls`: the tool syntax to read calls in (none: the answer is all text).
+  writer(std::weak_ptr<responder> out, bool chat, bool stream, std::string model,
+         backends::tool_call_syntax calls)
+    : out_(std::move(out)), chat_(chat), stream_(stream), model_(std::move(model)) {
+    if (calls != backends::tool_call_syntax::none)
+      parser_.emplace(calls, "call_");
+  }
 
   void on_start() override {
     if (auto out = out_.lock(); out && stream_)
@@ -37,15 +44,19 @@ public:
   }
 
   void on_text(std::string_view text) override {
-    if (!stream_) {
-      text_.append(text);
+    if (parser_) {
+      parser_->feed(text, events_);
+      write_events();
       return;
     }
-    if (auto out = out_.lock())
-      out->stream_write(ndjson_line(piece(text, false)));
+    write_text(text);
   }
 
   void on_finish(const generation_summary& s) override {
+    if (parser_) {
+      parser_->finish(events_);
+      write_events();
+    }
     auto out = out_.lock();
     if (!out)
       return;
@@ -62,6 +73,8 @@ public:
       return;
     }
     auto last = piece(stream_ ? std::string_view{} : std::string_view{text_}, true);
+    if (!stream_ && !calls_.empty())
+      last["message"]["tool_calls"] = calls_;
     last["done_reason"] = s.finish_reason;
     last["total_duration"] = ns_of(s.total_ms);
     last["load_duration"] = 0;
@@ -83,6 +96,43 @@ public:
   }
 
 private:
+  void write_text(std::string_view text) {
+    if (!stream_) {
+      text_.append(text);
+      return;
+    }
+    if (auto out = out_.lock())
+      out->stream_write(ndjson_line(piece(text, false)));
+  }
+
+  /// The parser's events: text as text; a call, once complete, as Ollama writes it
+  /// ({"function": {"name", "arguments": {...}}}), in its own line when streaming.
+  void write_events() {
+    for (auto& e : events_) {
+      if (e.k == tool_call_event::kind::text) {
+        write_text(e.text);
+        continue;
+      }
+      if (e.k == tool_call_event::kind::begin)
+        names_.push_back(e.text);
+      if (e.k != tool_call_event::kind::end)
+        continue;
+      auto args = json::parse(e.text, nullptr, false);
+      if (args.is_discarded() || !args.is_object()) // cut short or not an object: as text
+        args = json{{"arguments", e.text}};
+      json call{{"function", {{"index", e.index}, {"name", names_[e.index]}, {"arguments", std::move(args)}}}};
+      if (!stream_) {
+        calls_.push_back(std::move(call));
+        continue;
+      }
+      auto line = piece({}, false);
+      line["message"]["tool_calls"] = json::array({std::move(call)});
+      if (auto out = out_.lock())
+        out->stream_write(ndjson_line(line));
+    }
+    events_.clear();
+  }
+
   json piece(std::string_view text, bool done) const {
     json j{{"model", model_}, {"created_at", rfc3339_now()}};
     if (chat_)
@@ -97,6 +147,10 @@ private:
   const bool chat_, stream_;
   const std::string model_;
   std::string text_;
+  std::optional<tool_call_parser> parser_; ///< when the answer may hold tool calls
+  std::vector<tool_call_event> events_;    ///< the parser's, not yet written
+  std::vector<std::string> names_;         ///< each call's function
+  json calls_ = json::array();             ///< not streaming: the answer's tool_calls
 };
 
 /// The writer of the answer to a decoded request, or nullptr once it is answered (an error,
@@ -128,7 +182,7 @@ std::unique_ptr<generation_writer> writer_for(service& svc,
     out->respond(json_response(to_json_text(j)));
     return nullptr;
   }
-  return std::make_unique<writer>(out, chat, req->stream, req->model);
+  return std::make_unique<writer>(out, chat, req->stream, req->model, answer_call_syntax(svc, *req));
 }
 
 std::shared_ptr<generation> run(service& svc, std::string_view body, generation::decoder decode,

@@ -4,9 +4,13 @@
 #include "daemon/http/request_decoder.hpp"
 #include "daemon/http/service.hpp"
 #include "daemon/http/stream_format.hpp"
+#include "daemon/http/tool_call_parser.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <optional>
+#include <random>
 
 namespace kvlane::daemon::http::openai {
 
@@ -78,8 +82,9 @@ json timings_of(const generation_summary& s) {
 /// Writes one OpenAI response (chat or text completion, streamed or not).
 class writer final : public generation_writer {
 public:
+  /// `calls`: the tool syntax to read calls in (none: the answer is all text).
   writer(std::weak_ptr<responder> out, bool chat, bool stream, bool include_usage, bool logprobs,
-         std::string id, std::string model)
+         std::string id, std::string model, backends::tool_call_syntax calls)
     : out_(std::move(out)),
       chat_(chat),
       stream_(stream),
@@ -87,7 +92,10 @@ public:
       logprobs_(logprobs),
       id_(std::move(id)),
       model_(std::move(model)),
-      created_(unix_now()) {}
+      created_(unix_now()) {
+    if (calls != backends::tool_call_syntax::none)
+      parser_.emplace(calls, fmt::format("call_{:016x}_", random_bits()));
+  }
 
   /// A stream's head and first chunk (chat: the assistant role).
   void on_start() override {
@@ -107,19 +115,25 @@ public:
   void on_scored_token(const scored_token& t) override { scored_.push_back(t); }
 
   void on_text(std::string_view text) override {
-    if (!stream_) {
-      text_.append(text);
+    if (parser_) {
+      parser_->feed(text, events_);
+      write_events();
       return;
     }
-    if (auto out = out_.lock())
-      out->stream_write(
-        sse_event(chat_ ? chunk({{"content", std::string{text}}}, nullptr) : chunk_text(text, nullptr)));
+    write_text(text);
   }
 
   void on_finish(const generation_summary& s) override {
+    if (parser_) {
+      parser_->finish(events_);
+      write_events();
+    }
     auto out = out_.lock();
     if (!out)
       return;
+    // A call ends the answer as a stop would: say so. Cut short, it stays "length".
+    const std::string finish_reason =
+      !calls_.empty() && s.finish_reason == "stop" ? "tool_calls" : s.finish_reason;
     if (!stream_) {
       if (!s.error.empty()) {
         api_error e;
@@ -130,10 +144,13 @@ public:
         out->respond(error_response(e, dialect::openai));
         return;
       }
-      json choice{{"index", 0}, {"logprobs", take_logprobs()}, {"finish_reason", s.finish_reason}};
-      if (chat_)
-        choice["message"] = {{"role", "assistant"}, {"content", text_}};
-      else
+      json choice{{"index", 0}, {"logprobs", take_logprobs()}, {"finish_reason", finish_reason}};
+      if (chat_) {
+        choice["message"] = {{"role", "assistant"},
+                             {"content", calls_.empty() || !text_.empty() ? json(text_) : json(nullptr)}};
+        if (!calls_.empty())
+          choice["message"]["tool_calls"] = calls_;
+      } else
         choice["text"] = text_;
       json body{{"id", id_},
                 {"object", chat_ ? "chat.completion" : "text_completion"},
@@ -153,7 +170,7 @@ public:
       e.message = s.error;
       out->stream_write("data: " + render(e, dialect::openai) + "\n\n");
     } else {
-      auto last = chat_ ? chunk(json::object(), s.finish_reason) : chunk_text("", s.finish_reason);
+      auto last = chat_ ? chunk(json::object(), finish_reason) : chunk_text("", finish_reason);
       last["kvlane"] = timings_of(s);
       out->stream_write(sse_event(last));
       if (include_usage_) {
@@ -168,6 +185,57 @@ public:
   }
 
 private:
+  static std::uint64_t random_bits() {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    return rng();
+  }
+
+  void write_text(std::string_view text) {
+    if (!stream_) {
+      text_.append(text);
+      return;
+    }
+    if (auto out = out_.lock())
+      out->stream_write(
+        sse_event(chat_ ? chunk({{"content", std::string{text}}}, nullptr) : chunk_text(text, nullptr)));
+  }
+
+  /// The parser's events: text as text; calls into tool_calls (a stream: the call's id and
+  /// name when it opens, then its arguments as they come, in OpenAI's delta shape).
+  void write_events() {
+    for (auto& e : events_) {
+      switch (e.k) {
+      case tool_call_event::kind::text:
+        write_text(e.text);
+        break;
+      case tool_call_event::kind::begin:
+        calls_.push_back({{"id", e.id},
+                          {"type", "function"},
+                          {"function", {{"name", e.text}, {"arguments", ""}}}});
+        write_call({{"index", e.index},
+                    {"id", e.id},
+                    {"type", "function"},
+                    {"function", {{"name", e.text}, {"arguments", ""}}}});
+        break;
+      case tool_call_event::kind::arguments:
+        calls_[e.index]["function"]["arguments"] =
+          calls_[e.index]["function"]["arguments"].get<std::string>() + e.text;
+        write_call({{"index", e.index}, {"function", {{"arguments", e.text}}}});
+        break;
+      case tool_call_event::kind::end:
+        break;
+      }
+    }
+    events_.clear();
+  }
+
+  void write_call(json delta) {
+    if (!stream_)
+      return;
+    if (auto out = out_.lock())
+      out->stream_write(sse_event(chunk({{"tool_calls", json::array({std::move(delta)})}}, nullptr)));
+  }
+
   json base(std::string_view object) const {
     json j{{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
     if (include_usage_)
@@ -219,6 +287,9 @@ private:
   std::string text_;
   std::vector<scored_token> scored_; ///< not yet written
   std::size_t text_offset_ = 0;      ///< completions: code points before scored_.front()
+  std::optional<tool_call_parser> parser_; ///< when the answer may hold tool calls
+  std::vector<tool_call_event> events_;    ///< the parser's, not yet written
+  json calls_ = json::array();             ///< the answer's tool_calls in OpenAI's shape
 };
 
 /// The writer of the answer to a decoded request, or nullptr once the error is answered.
@@ -232,7 +303,7 @@ std::unique_ptr<generation_writer> writer_for(service& svc,
   const bool chat = req->what == generation_request::kind::chat;
   auto id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", svc.next_request++);
   return std::make_unique<writer>(out, chat, req->stream, req->include_usage, req->logprobs,
-                                  std::move(id), req->model);
+                                  std::move(id), req->model, answer_call_syntax(svc, *req));
 }
 
 std::shared_ptr<generation> run(service& svc, std::string_view body, generation::decoder decode,

@@ -12,7 +12,8 @@ namespace kvlane::daemon::http {
 
 namespace {
 
-using json = nlohmann::json;
+// Ordered: a schema's properties are generated, and tools are shown, in the client's order.
+using json = nlohmann::ordered_json;
 template <class T>
 using result = expected<T, api_error>;
 using status = expected<void, api_error>;
@@ -228,17 +229,31 @@ status read_messages(const json& v, std::vector<backends::chat_message>& out, bo
     if (!m.is_object())
       return unexpected(wrong_type(p, "an object", m));
     backends::chat_message msg;
-    bool has_role = false, has_content = false;
+    bool has_role = false, has_content = false, null_content = false, has_call_id = false,
+         has_calls = false;
     for (const auto& [k, x] : m.items()) {
       if (k == "role") {
         KVLANE_HTTP_TRY(read_string(x, p + ".role", msg.role, 32));
         has_role = true;
       } else if (k == "content") {
-        if (ollama)
+        if (x.is_null() && !ollama) // an assistant message that only calls tools
+          null_content = true;
+        else if (ollama)
           KVLANE_HTTP_TRY(read_string(x, p + ".content", msg.content));
         else
           KVLANE_HTTP_TRY(read_content(x, p + ".content", msg.content));
         has_content = true;
+      } else if (k == "tool_calls") {
+        auto calls = decode_message_tool_calls(x, p + ".tool_calls", ollama ? dialect::ollama : dialect::openai);
+        if (!calls)
+          return unexpected(std::move(calls).error());
+        msg.tool_calls = std::move(*calls);
+        has_calls = true;
+      } else if (k == "tool_call_id" && !ollama) {
+        KVLANE_HTTP_TRY(read_string(x, p + ".tool_call_id", msg.tool_call_id, 256));
+        has_call_id = true;
+      } else if (k == "tool_name" && ollama) {
+        KVLANE_HTTP_TRY(read_string(x, p + ".tool_name", msg.tool_name, max_tool_name));
       } else if (k == "images" && ollama && x.is_array() && x.empty()) {
         // Ollama clients send an empty image list with text-only messages.
       } else {
@@ -247,17 +262,60 @@ status read_messages(const json& v, std::vector<backends::chat_message>& out, bo
     }
     if (!has_role)
       return unexpected(invalid(p + ".role", fmt::format("'{}.role' is required", p)));
-    if (!has_content)
-      return unexpected(invalid(p + ".content", fmt::format("'{}.content' is required", p)));
     if (msg.role == "developer")
       msg.role = "system";
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
       return unexpected(invalid(p + ".role",
-                                fmt::format("'{}.role' must be system, user or assistant, got \"{}\"",
+                                fmt::format("'{}.role' must be system, user, assistant or tool, got \"{}\"",
                                             p, msg.role)));
+    const bool calls = !msg.tool_calls.empty();
+    if (has_calls && msg.role != "assistant")
+      return unexpected(invalid(p + ".tool_calls", fmt::format("'{}.tool_calls' is only allowed in an "
+                                                               "assistant message", p)));
+    if (has_call_id && msg.role != "tool")
+      return unexpected(invalid(p + ".tool_call_id", fmt::format("'{}.tool_call_id' is only allowed in "
+                                                                 "a tool message", p)));
+    if (!has_call_id && msg.role == "tool" && !ollama)
+      return unexpected(invalid(p + ".tool_call_id", fmt::format("'{}.tool_call_id' is required in a "
+                                                                 "tool message", p)));
+    if (null_content && !calls)
+      return unexpected(invalid(p + ".content", fmt::format("'{}.content' may be null only in an "
+                                                            "assistant message with tool_calls", p)));
+    if (!has_content && !calls)
+      return unexpected(invalid(p + ".content", fmt::format("'{}.content' is required", p)));
+    if (msg.role == "tool" && !ollama) { // the function's name, for formats that show it
+      for (auto it = out.rbegin(); it != out.rend() && msg.tool_name.empty(); ++it)
+        for (const auto& c : it->tool_calls)
+          if (c.id == msg.tool_call_id)
+            msg.tool_name = c.name;
+    }
     out.push_back(std::move(msg));
   }
   return {};
+}
+
+/// `tools`, `tool_choice`, `parallel_tool_calls` (OpenAI) or `tools` (Ollama); false for
+/// another key.
+result<bool> read_tool_field(const std::string& k, const json& x, generation_request& r, bool ollama) {
+  if (k == "tools") {
+    auto tools = decode_tools(x);
+    if (!tools)
+      return unexpected(std::move(tools).error());
+    if (tools->empty() && !ollama) // as OpenAI: an empty list is a mistake, not "no tools"
+      return unexpected(invalid("tools", "'tools' must hold at least one tool"));
+    r.tools.tools = std::move(*tools);
+  } else if (k == "tool_choice" && !ollama) {
+    auto choice = decode_tool_choice(x);
+    if (!choice)
+      return unexpected(std::move(choice).error());
+    r.tools.choice = std::move(*choice);
+    r.tools.choice_given = true;
+  } else if (k == "parallel_tool_calls" && !ollama) {
+    KVLANE_HTTP_TRY(read_bool(x, k, r.tools.parallel));
+  } else {
+    return false;
+  }
+  return true;
 }
 
 /// OpenAI fields shared by chat and completions. Returns false (handled = no)
@@ -331,9 +389,9 @@ constexpr std::string_view ollama_option_fields[] = {
   "frequency_penalty", "num_ctx"};
 constexpr std::string_view ollama_generate_fields[] = {
   "model", "stream", "options", "keep_alive", "priority", "session", "prompt", "system", "raw",
-  "images"};
+  "images", "format"};
 constexpr std::string_view ollama_chat_fields[] = {
-  "model", "stream", "options", "keep_alive", "priority", "session", "messages"};
+  "model", "stream", "options", "keep_alive", "priority", "session", "messages", "format", "tools"};
 
 template <std::size_t N>
 bool is_one_of(std::string_view key, const std::string_view (&fields)[N]) {
@@ -402,7 +460,12 @@ result<bool> read_ollama_common(const std::string& k, const json& x, generation_
     KVLANE_HTTP_TRY(read_priority(x, r.priority));
   else if (k == "session")
     KVLANE_HTTP_TRY(read_session(x, r.session));
-  else
+  else if (k == "format") {
+    auto f = decode_ollama_format(x);
+    if (!f)
+      return unexpected(std::move(f).error());
+    r.format = std::move(*f);
+  } else
     return false;
   return true;
 }
@@ -441,6 +504,17 @@ expected<generation_request, api_error> decode_chat_completion(std::string_view 
         KVLANE_HTTP_TRY(read_uint(x, k, r.top_logprobs, 0, actors::max_top_logprobs));
       continue;
     }
+    if (k == "response_format") {
+      auto f = decode_response_format(x);
+      if (!f)
+        return unexpected(std::move(f).error());
+      r.format = std::move(*f);
+      continue;
+    }
+    if (auto tool = read_tool_field(k, x, r, false); !tool)
+      return unexpected(std::move(tool).error());
+    else if (*tool)
+      continue;
     auto known = read_openai_common(k, x, r, stream_options);
     if (!known)
       return unexpected(std::move(known).error());
@@ -452,6 +526,7 @@ expected<generation_request, api_error> decode_chat_completion(std::string_view 
     return unexpected(invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true"));
   if (!has_messages)
     return unexpected(invalid("messages", "'messages' is required"));
+  KVLANE_HTTP_TRY(check_tool_request(r.tools));
   return r;
 }
 
@@ -565,6 +640,10 @@ expected<generation_request, api_error> decode_ollama_chat(std::string_view body
       KVLANE_HTTP_TRY(read_messages(x, r.messages, true));
       continue;
     }
+    if (auto tool = read_tool_field(k, x, r, true); !tool)
+      return unexpected(std::move(tool).error());
+    else if (*tool)
+      continue;
     auto known = read_ollama_common(k, x, r);
     if (!known)
       return unexpected(std::move(known).error());
@@ -628,7 +707,10 @@ expected<detokenize_request, api_error> decode_detokenize(std::string_view body)
 }
 
 expected<nlohmann::json, api_error> parse_json_object(std::string_view body) {
-  return parse_object(body);
+  auto doc = parse_object(body);
+  if (!doc)
+    return unexpected(std::move(doc).error());
+  return nlohmann::json(std::move(*doc));
 }
 
 expected<std::string, api_error> decode_model_name(std::string_view body) {

@@ -13,6 +13,8 @@
 #include "backends/chat_format.hpp"
 #include "common/expected.hpp"
 #include "daemon/http/errors.hpp"
+#include "daemon/http/structured_output.hpp"
+#include "daemon/http/tool_calls.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -55,6 +57,8 @@ struct generation_request {
   bool include_usage = false;
   actors::priority_class priority = actors::priority_class::interactive;
   std::string session; ///< optional client-chosen name; shows in `kvlane ps`
+  tool_request tools;   ///< chat: the functions the model may call
+  output_format format; ///< response_format (OpenAI), format (Ollama)
 };
 
 expected<generation_request, api_error> decode_chat_completion(std::string_view body);

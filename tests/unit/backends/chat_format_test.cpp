@@ -68,10 +68,11 @@ TEST_CASE("chat_format: special-token text in a message stays text") {
 
 TEST_CASE("chat_format: an unknown role and a missing special token are errors that name them") {
   const byte_tokenizer tok;
-  const std::vector<chat_message> tool{{"user", "x"}, {"tool", "y"}};
+  const std::vector<chat_message> tool{{"user", "x"}, {"ipython", "y"}};
   auto bad_role = render_chat(chat_format::chatml, tok, tool, false);
   REQUIRE_FALSE(bad_role.has_value());
-  CHECK(bad_role.error().message == "message 1 has role 'tool'; expected system, user or assistant");
+  CHECK(bad_role.error().message
+        == "message 1 has role 'ipython'; expected system, user, assistant or tool");
   const std::vector<chat_message> one{{"user", "x"}};
   auto no_special = render_chat(chat_format::llama3, tok, one, false);
   REQUIRE_FALSE(no_special.has_value());

@@ -99,7 +99,7 @@ TEST_CASE("request_decoder: logprobs out of range or inconsistent get a 400 nami
 TEST_CASE("request_decoder: unsupported fields get a 400 naming the field") {
   for (auto [body, param] : {
          std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})", "n"},
-         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[]})", "tools"},
+         std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"functions":[]})", "functions"},
          std::pair{R"({"model":"m","messages":[{"role":"user","content":"x","name":"a"}]})",
                    "messages[0].name"},
          std::pair{R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
@@ -123,7 +123,7 @@ TEST_CASE("request_decoder: bad values get a 400 naming the field and the limit"
          std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})",
                    "stop"},
          std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":[""]})", "stop[0]"},
-         std::pair{R"({"model":"m","messages":[{"role":"tool","content":"x"}]})", "messages[0].role"},
+         std::pair{R"({"model":"m","messages":[{"role":"function","content":"x"}]})", "messages[0].role"},
          std::pair{R"({"model":"m","messages":[]})", "messages"},
          std::pair{R"({"messages":[{"role":"user","content":"x"}]})", "model"},
          std::pair{R"({"model":"m","messages":[{"role":"user","content":"x"}],"priority":"high"})",
@@ -223,7 +223,7 @@ TEST_CASE("request_decoder: Ollama requests stream by default and map options") 
   CHECK_FALSE(chat->max_tokens.has_value());
   CHECK(error_of(decode_ollama_chat(R"({"model":"m","messages":[{"role":"user","content":"x"}],"options":{"mirostat":1}})")).param
         == "options.mirostat");
-  CHECK(error_of(decode_ollama_generate(R"({"model":"m","prompt":"x","format":"json"})")).param
+  CHECK(error_of(decode_ollama_generate(R"({"model":"m","prompt":"x","format":"xml"})")).param
         == "format");
   auto load = decode_ollama_chat(R"({"model":"m","messages":[]})"); // how clients load a model
   REQUIRE(load.has_value());
@@ -239,9 +239,9 @@ TEST_CASE("request_decoder: an unknown Ollama field is a 400 naming it, whatever
     CHECK(gen.error().param == "context");
     CHECK(gen.error().message.find("'context'") != std::string::npos);
     const auto chat =
-      decode_ollama_chat(R"({"model":"m","messages":[],"tools":)" + value + "}");
+      decode_ollama_chat(R"({"model":"m","messages":[],"template":)" + value + "}");
     REQUIRE_FALSE(chat.has_value());
-    CHECK(chat.error().param == "tools");
+    CHECK(chat.error().param == "template");
     const auto option =
       decode_ollama_chat(R"({"model":"m","messages":[],"options":{"mirostat":)" + value + "}}");
     REQUIRE_FALSE(option.has_value());
