@@ -44,8 +44,24 @@ void check_generation(const kvlane::expected<http::generation_request, http::api
   check(r->presence_penalty >= -2.0f && r->presence_penalty <= 2.0f);
   check(r->frequency_penalty >= -2.0f && r->frequency_penalty <= 2.0f);
   check(!r->max_tokens || *r->max_tokens >= 1);
-  for (const auto& m : r->messages)
-    check(m.role == "system" || m.role == "user" || m.role == "assistant");
+  for (const auto& m : r->messages) {
+    check(m.role == "system" || m.role == "user" || m.role == "assistant" || m.role == "tool");
+    check(m.tool_calls.empty() || m.role == "assistant");
+    for (const auto& c : m.tool_calls)
+      check(!c.name.empty() && !c.arguments.empty());
+  }
+  check(r->tools.tools.size() <= http::max_tools);
+  bool named_found = r->tools.choice.m != http::tool_choice::mode::named;
+  for (const auto& t : r->tools.tools) {
+    check(!t.name.empty() && t.name.size() <= http::max_tool_name);
+    check(!t.parameters.empty());
+    named_found = named_found || t.name == r->tools.choice.name;
+  }
+  check(named_found);
+  // The output constraint: built, or a 400 (a schema keyword kvlane does not support).
+  const auto constraint =
+    http::build_constraint(r->format, r->tools, kvlane::backends::chat_format::chatml, r->model);
+  check_error_or(constraint);
   http::stop_matcher sut{r->stop};
   std::string released;
   for (std::size_t i = 0; i < body.size(); i += 7) {
