@@ -8,9 +8,6 @@ namespace kvlane::actors {
 
 namespace {
 
-void set_bit(std::vector<std::uint64_t>& bits, std::uint32_t id) noexcept {
-  bits[id >> 6] |= std::uint64_t{1} << (id & 63);
-}
 void clear_bit(std::vector<std::uint64_t>& bits, std::uint32_t id) noexcept {
   bits[id >> 6] &= ~(std::uint64_t{1} << (id & 63));
 }
@@ -123,40 +120,51 @@ bool constrained_output::stuck() {
 // Free text: only tokens that would complete a trigger can break the grammar, and only when
 // the text ends with a trigger's beginning (or the token holds a whole trigger). Each such
 // token is run through a fresh matcher from the trigger on; the mask excludes those rejected.
+// A token holding a whole trigger is judged without the text (its first trigger occurrence
+// starts inside it, unless it also completes one begun in the text: then it is on a
+// `completing` list too and checked with the text), so those verdicts are taken once.
 void constrained_output::fill_free_mask() {
-  masked_ = false;
   const auto& table = *setup_.triggers;
   const auto& vocab = *setup_.vocabulary;
-  const std::size_t keep = table.longest() > 0 ? table.longest() - 1 : 0;
-  const std::string_view tail =
-    std::string_view{text_}.substr(text_.size() - std::min(text_.size(), keep));
   std::string joined;
-  auto check = [&](std::uint32_t id) {
+  auto rejects = [&](std::string_view tail, std::uint32_t id) {
     joined.assign(tail);
     joined.append(vocab.bytes(id));
     const auto at = table.first_in(joined, 0);
     if (!at)
-      return; // not reachable: the token was listed as completing a trigger here
+      return false; // not reachable: the token was listed as completing a trigger here
     scratch_->rollback_to(0);
-    if (scratch_->feed(std::string_view{joined}.substr(*at)))
-      return;
-    if (!masked_) {
-      masked_ = true;
-      std::fill(bits_.begin(), bits_.end(), 0);
-      for (std::uint32_t t = 0; t < vocab.size(); ++t)
-        set_bit(bits_, t);
-    }
-    clear_bit(bits_, id);
+    return !scratch_->feed(std::string_view{joined}.substr(*at));
   };
-  for (auto id : table.whole())
-    check(id);
+  if (!whole_rejected_) {
+    whole_rejected_.emplace();
+    for (auto id : table.whole())
+      if (rejects({}, id))
+        whole_rejected_->push_back(id);
+  }
+  const std::size_t keep = table.longest() > 0 ? table.longest() - 1 : 0;
+  const std::string_view tail =
+    std::string_view{text_}.substr(text_.size() - std::min(text_.size(), keep));
+  std::vector<std::uint32_t> rejected;
+  std::vector<std::uint32_t> accepted; ///< checked with the text: their verdict stands
   for (std::size_t t = 0; t < table.triggers().size(); ++t) {
     const std::string_view trig = table.triggers()[t];
     for (std::size_t j = 1; j < trig.size(); ++j)
       if (tail.ends_with(trig.substr(0, j)))
         for (auto id : table.completing(t, j))
-          check(id);
+          (rejects(tail, id) ? rejected : accepted).push_back(id);
   }
+  for (auto id : *whole_rejected_)
+    if (std::find(accepted.begin(), accepted.end(), id) == accepted.end())
+      rejected.push_back(id);
+  masked_ = !rejected.empty();
+  if (!masked_)
+    return;
+  std::fill(bits_.begin(), bits_.end(), ~std::uint64_t{0});
+  if (const auto spare = bits_.size() * 64 - vocab.size(); spare > 0)
+    bits_.back() >>= spare; // no bits past the vocabulary
+  for (auto id : rejected)
+    clear_bit(bits_, id);
 }
 
 std::size_t constrained_output::scan_from(std::size_t before) const noexcept {

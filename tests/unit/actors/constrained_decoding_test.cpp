@@ -204,3 +204,22 @@ TEST_CASE("constrained decoding: mask figures count where each mask was computed
   CHECK(sut.quantile_us(1.0) >= 1500.0);
   CHECK(sut.max_ms == doctest::Approx(1.5));
 }
+
+TEST_CASE("constrained decoding: a token holding a whole trigger is judged with the text when it "
+          "also completes a trigger the text began") {
+  // "t><t>}" alone starts a trigger at its third byte: "<t>}" is rejected. After the text "<"
+  // it completes the trigger the text began: "<t><t>}" is accepted, and that verdict stands.
+  vocab_fixture v{{"<", "t><t>}", "x", "<t>}"}};
+  auto sut = v.make(gbnf(R"(root ::= "<t>" ("<t>}" | "{}"))"), {"<t>"});
+  auto m = sut.mask();
+  REQUIRE_FALSE(m.empty());
+  CHECK_FALSE(allows(m, v.id("t><t>}")));
+  CHECK_FALSE(allows(m, v.id("<t>}")));
+  CHECK(allows(m, v.id("x")));
+  REQUIRE(sut.advance(v.id("<")) == outcome::more);
+  m = sut.mask();
+  CHECK(allows(m, v.id("t><t>}")));
+  CHECK_FALSE(allows(m, v.id("<t>}"))); // its own trigger, after "<": still "<t>}"
+  CHECK(sut.advance(v.id("t><t>}")) == outcome::complete);
+  CHECK(sut.constrained_from() == 0);
+}
