@@ -241,3 +241,29 @@ TEST_CASE("constrained engine: a constraint without a grammar, with an empty tri
   CHECK(refused({g, {"e", "x"}, true}).starts_with("output constraint trigger 1 ('x') does not begin"));
   CHECK(sut.stats().submitted == 0);
 }
+
+TEST_CASE("constrained engine: a constrained sequence stopped by its consumer mid-document ends "
+          "with reason stop after the tokens it was told") {
+  auto cfg = test::small_config(scheduler_mode::overlap);
+  cfg.models[0].backend.sim.time_scale = 5; // ~7 ms a step: the consumer keeps up
+  engine_fixture sut{cfg};
+  auto req = workload(1)[0];
+  auto s = sut.engine->submit(req);
+  REQUIRE(s.has_value());
+  std::vector<backends::token_id> seen;
+  while (seen.size() < 4) {
+    auto c = (*s)->next(10s);
+    REQUIRE(c.has_value());
+    REQUIRE_FALSE(c->end.has_value()); // the document is longer than 4 tokens
+    seen.insert(seen.end(), c->tokens.begin(), c->tokens.end());
+  }
+  // The engine trims the sequence (and rolls its grammar state back) to the kept tokens.
+  sut.engine->stop("tiny", (*s)->id(), 3, 2);
+  const auto rest = (*s)->collect(10s);
+  REQUIRE(rest.has_value());
+  REQUIRE(rest->end.has_value());
+  CHECK(rest->end->reason == end_reason::stop);
+  CHECK(rest->end->generated_tokens == 3);
+  CHECK(text_of(seen).starts_with("{\""));
+  sut.check_nothing_leaked();
+}
