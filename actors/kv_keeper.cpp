@@ -322,6 +322,12 @@ retained_drop_result kv_keeper::drop(const retained_drop_request& req) {
   return out;
 }
 
+void kv_keeper::shutdown() {
+  for (const auto id : retained_.ids())
+    if (auto e = retained_.erase(id); e && e->slot && !e->dumping)
+      set_warm(*e->slot, std::nullopt);
+}
+
 void kv_keeper::drop_all() {
   for (const auto id : retained_.ids())
     if (auto e = retained_.erase(id))

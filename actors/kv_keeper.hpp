@@ -196,6 +196,10 @@ public:
   /// Removes the selected entries and frees what they hold.
   retained_drop_result drop(const retained_drop_request& req);
   void drop_all();
+  /// The daemon stops: warm copies go with their slots, but stored snapshots
+  /// stay sealed in the store (the engine records them in the store's index
+  /// for the next start); the keeper forgets every entry.
+  void shutdown();
 
   // -- parked sequences -----------------------------------------------------------
 

@@ -195,7 +195,7 @@ void sequence_lifecycle::fail_for_fault(seq_id id, std::string message, time_poi
 }
 
 void sequence_lifecycle::shutdown(const std::string& why) {
-  t_.kv.drop_all();
+  t_.kv.shutdown(); // stored snapshots stay in the store, for the index written at exit
   for (auto id : t_.seqs.ids()) {
     auto* s = t_.seqs.find(id);
     if (!s)

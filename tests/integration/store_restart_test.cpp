@@ -1,0 +1,470 @@
+// A restart keeps the snapshot store: the test plays systemd's side of the
+// file-descriptor store protocol. It binds the NOTIFY_SOCKET datagram socket,
+// receives the arena and index memfds kvlaned sends with FDSTORE=1 (as
+// SCM_RIGHTS), and starts the next kvlaned with them as LISTEN_FDS,
+// LISTEN_PID (set in the child between fork and exec) and LISTEN_FDNAMES.
+// A last test does the same under the real systemd where it is PID 1, and is
+// skipped visibly elsewhere.
+
+#include "tests/integration/http_fixture.hpp"
+#include "tests/support/skip.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+using namespace kvlane::test::http;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// systemd's end of NOTIFY_SOCKET: the messages and the fd store.
+class notify_socket {
+public:
+  explicit notify_socket(std::string path) : path_(std::move(path)) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    REQUIRE(path_.size() < sizeof a.sun_path);
+    std::memcpy(a.sun_path, path_.data(), path_.size());
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  ~notify_socket() {
+    for (auto& [name, fd] : store_)
+      ::close(fd);
+    ::close(fd_);
+  }
+  const std::string& path() const { return path_; }
+
+  /// Handles datagrams until one carries `line` (e.g. "READY=1"); false after `timeout`.
+  bool wait_for(std::string_view line, std::chrono::milliseconds timeout) {
+    const auto deadline = clock_type::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - clock_type::now());
+      if (left.count() <= 0)
+        return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) != 1)
+        return false;
+      if (receive().find(std::string(line) + "\n") != std::string::npos)
+        return true;
+    }
+  }
+
+  /// The stored descriptors, by FDNAME.
+  const std::map<std::string, int>& store() const { return store_; }
+
+private:
+  // One datagram, as systemd's manager reads it: FDSTORE=1 keeps the passed
+  // descriptors under FDNAME (replacing one of the same name here, where
+  // systemd would keep both), FDSTOREREMOVE=1 closes them.
+  std::string receive() {
+    char text[4096];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
+    iovec iov{text, sizeof text - 1};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    const auto n = ::recvmsg(fd_, &m, MSG_CMSG_CLOEXEC);
+    REQUIRE(n >= 0);
+    std::string body(text, static_cast<std::size_t>(n));
+    body += "\n";
+    std::vector<int> fds;
+    for (auto* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c))
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        const auto count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t i = 0; i < count; ++i) {
+          int fd = -1;
+          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+          fds.push_back(fd);
+        }
+      }
+    const auto field = [&](std::string_view key) -> std::string {
+      const auto at = body.find(std::string(key) + "=");
+      if (at == std::string::npos)
+        return {};
+      const auto start = at + key.size() + 1;
+      return body.substr(start, body.find('\n', start) - start);
+    };
+    const auto name = field("FDNAME");
+    if (field("FDSTORE") == "1") {
+      REQUIRE(fds.size() == 1);
+      if (auto it = store_.find(name); it != store_.end())
+        ::close(it->second);
+      store_[name] = fds[0];
+    } else {
+      for (int fd : fds)
+        ::close(fd);
+      if (field("FDSTOREREMOVE") == "1")
+        if (auto it = store_.find(name); it != store_.end()) {
+          ::close(it->second);
+          store_.erase(it);
+        }
+    }
+    return body;
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  std::map<std::string, int> store_;
+};
+
+/// kvlaned started the way systemd starts it: NOTIFY_SOCKET, and the stored
+/// descriptors as 3, 4, ... with LISTEN_FDS, LISTEN_FDNAMES and LISTEN_PID.
+class service {
+public:
+  service(const std::string& config, const std::string& log, notify_socket& notify,
+          bool pass_fds = true) {
+    std::vector<int> fds;
+    std::string names;
+    if (pass_fds)
+      for (const auto& [name, fd] : notify.store()) {
+        fds.push_back(fd);
+        names += (names.empty() ? "" : ":") + name;
+      }
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view v(*e);
+      if (!v.starts_with("LISTEN_") && !v.starts_with("NOTIFY_SOCKET="))
+        env.emplace_back(v);
+    }
+    env.push_back("NOTIFY_SOCKET=" + notify.path());
+    if (!fds.empty()) {
+      env.push_back("LISTEN_FDS=" + std::to_string(fds.size()));
+      env.push_back("LISTEN_FDNAMES=" + names);
+    }
+    // LISTEN_PID is the child's own pid, known only after fork: its digits are
+    // written into this slot there (no allocation between fork and exec).
+    env.push_back("LISTEN_PID=0000000000");
+    std::vector<char*> envp;
+    for (auto& e : env)
+      envp.push_back(e.data());
+    envp.push_back(nullptr);
+    char* pid_digits = env.back().data() + std::strlen("LISTEN_PID=");
+    std::string path = KVLANED_PATH;
+    std::string flag = "--config";
+    std::string cfg = config;
+    char* argv[] = {path.data(), flag.data(), cfg.data(), nullptr};
+    const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    REQUIRE(out >= 0);
+    started_ = clock_type::now();
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      // Async-signal-safe calls only from here to exec.
+      std::vector<int>::size_type i = 0;
+      int high[8];
+      for (i = 0; i < fds.size() && i < 8; ++i)
+        high[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 100);
+      for (i = 0; i < fds.size() && i < 8; ++i)
+        if (::dup2(high[i], 3 + static_cast<int>(i)) < 0) // dup2 clears FD_CLOEXEC
+          ::_exit(120);
+      ::dup2(out, 1);
+      ::dup2(out, 2);
+      char digits[12];
+      int n = 0;
+      for (pid_t p = ::getpid(); p > 0; p /= 10)
+        digits[n++] = static_cast<char>('0' + p % 10);
+      for (int k = 0; k < 10; ++k)
+        pid_digits[k] = k < n ? digits[n - 1 - k] : '\0';
+      ::execve(argv[0], argv, envp.data());
+      ::_exit(127);
+    }
+    ::close(out);
+  }
+  ~service() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  clock_type::time_point started() const { return started_; }
+
+  /// Ends it with `sig` and returns its exit status (a killed process: 128 + signal).
+  int stop(int sig = SIGTERM) {
+    ::kill(pid_, sig);
+    int status = 0;
+    REQUIRE(::waitpid(pid_, &status, 0) == pid_);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+private:
+  pid_t pid_ = -1;
+  clock_type::time_point started_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::uint16_t port_in(const std::string& log) {
+  std::smatch m;
+  const std::regex url{R"(on http://127\.0\.0\.1:(\d+))"};
+  REQUIRE(std::regex_search(log, m, url));
+  return static_cast<std::uint16_t>(std::stoi(m[1]));
+}
+
+std::string restart_config(const std::string& run_dir, std::uint64_t seed, int store_mib,
+                           const std::string& snapshot) {
+  return fmt::format(R"(version = 1
+[daemon]
+runtime_dir = "{}"
+worker_threads = 2
+[[model]]
+name = "tiny"
+[model.sim]
+slots = 1
+max_context = 512
+snapshot_bytes = "{}"
+time_scale = 1000
+seed = {}
+[store]
+max_bytes = "{}MiB"
+[reuse]
+min_prefix_tokens = 16
+store_share = 1.0
+[http]
+listen = "127.0.0.1:0"
+)",
+                     run_dir, snapshot, seed, store_mib);
+}
+
+/// The daemon under test: its config, log and HTTP port.
+struct daemon_run {
+  std::uint16_t port = 0;
+  std::string run_dir;
+
+  json complete(const std::vector<int>& prompt) {
+    socket_fd s{port};
+    const json body{{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}};
+    const auto text = body.dump();
+    s.send(fmt::format("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+                       "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+                       text.size(), text));
+    auto r = parse_reply(s.read_all());
+    CAPTURE(r.body);
+    REQUIRE(r.status == 200);
+    return json::parse(r.body);
+  }
+  /// `kvlane metrics` over the admin socket.
+  std::string metrics() {
+    auto p = spawn(KVLANE_CLI_PATH, {"metrics", "--socket", run_dir + "/kvlane-admin.sock"});
+    REQUIRE(p.wait_exit(30s) == 0);
+    return p.output();
+  }
+};
+
+/// Conversation n's prompt: 100 letters, the first two naming n (up to 676).
+std::vector<int> conversation(int n) {
+  std::vector<int> out{65 + n % 26, 97 + n / 26 % 26};
+  for (int i = 2; i < 100; ++i)
+    out.push_back(65 + (n * 11 + i * 7) % 26);
+  return out;
+}
+
+std::uint64_t cached_of(const json& r) {
+  return r["usage"]["prompt_tokens_details"]["cached_tokens"].get<std::uint64_t>();
+}
+
+/// The value of one sample of the Prometheus text, or -1 if absent.
+double sample(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  if (at == std::string::npos)
+    return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+double discarded(const std::string& metrics, std::string_view reason) {
+  return sample(metrics, fmt::format(R"(kvlane_store_discarded_total{{reason="{}"}})", reason));
+}
+
+/// Starts kvlaned and waits for READY=1 on the notify socket.
+daemon_run start(service& svc, notify_socket& notify, const std::string& log,
+                 const std::string& run_dir, double* ready_ms) {
+  REQUIRE(notify.wait_for("READY=1", 30s));
+  if (ready_ms != nullptr)
+    *ready_ms = std::chrono::duration<double, std::milli>(clock_type::now() - svc.started()).count();
+  daemon_run d;
+  d.run_dir = run_dir;
+  d.port = port_in(read_file(log));
+  return d;
+}
+
+/// A first daemon on a fresh store: `conversations` requests on one slot, so
+/// each but the last pushes the previous one's retained KV into the store;
+/// then a clean stop (SIGTERM) or a crash (SIGKILL).
+void first_run(const temp_dir& dir, notify_socket& notify, int conversations, int stop_signal,
+               const std::string& snapshot = "512KiB", int store_mib = 64) {
+  const auto config =
+    dir.write("first.toml", restart_config(dir.path() + "/run1", 1, store_mib, snapshot));
+  const auto log = dir.path() + "/first.log";
+  service svc(config, log, notify);
+  auto d = start(svc, notify, log, dir.path() + "/run1", nullptr);
+  for (int c = 0; c < conversations; ++c)
+    CHECK(cached_of(d.complete(conversation(c))) == 0);
+  CHECK(notify.store().count("kvlane-store") == 1);
+  CHECK(notify.store().count("kvlane-store-index") == 1);
+  const int status = svc.stop(stop_signal);
+  if (stop_signal == SIGTERM) {
+    CAPTURE(read_file(log));
+    CHECK(status == 0);
+    CHECK(read_file(log).find("index of " + std::to_string(conversations - 1)
+                              + " retained snapshots written")
+          != std::string::npos);
+  }
+}
+
+} // namespace
+
+TEST_CASE("store restart: retained KV survives a restart through the fd store, and the next turn "
+          "of a conversation reuses it") {
+  temp_dir dir;
+  notify_socket notify(dir.path() + "/notify");
+  first_run(dir, notify, 3, SIGTERM);
+
+  const auto config = dir.write("second.toml", restart_config(dir.path() + "/run2", 1, 64, "512KiB"));
+  const auto log = dir.path() + "/second.log";
+  service svc(config, log, notify);
+  double ready_ms = 0;
+  auto d = start(svc, notify, log, dir.path() + "/run2", &ready_ms);
+  const auto text = read_file(log);
+  CAPTURE(text);
+  CHECK(text.find("inherited descriptor 3 'kvlane-") != std::string::npos);
+  CHECK(text.find("2 retained snapshots taken back") != std::string::npos);
+  MESSAGE(fmt::format("restart to READY=1: {:.0f} ms", ready_ms));
+
+  // Conversations 0 and 1 were pushed into the store; both come back.
+  const auto r0 = d.complete(conversation(0));
+  CHECK(cached_of(r0) == 99);
+  const auto r1 = d.complete(conversation(1));
+  CHECK(cached_of(r1) == 99);
+  // Conversation 2 was warm in the slot when the first daemon stopped: not kept.
+  CHECK(cached_of(d.complete(conversation(2))) == 0);
+  const auto m = d.metrics();
+  CHECK(sample(m, "kvlane_store_restored_snapshots_total") == 2);
+  for (const auto* reason : {"model_changed", "tokenizer_changed", "tokens_mismatch", "checksum",
+                             "index_corrupt", "index_unclean", "arena_changed"})
+    CHECK(discarded(m, reason) == 0);
+  CHECK(svc.stop() == 0);
+}
+
+TEST_CASE("store restart: KV kept under another model is never used, and is counted") {
+  temp_dir dir;
+  notify_socket notify(dir.path() + "/notify");
+  first_run(dir, notify, 2, SIGTERM);
+
+  // The same model name, other weights (the sim's seed is its model identity).
+  const auto config = dir.write("second.toml", restart_config(dir.path() + "/run2", 2, 64, "512KiB"));
+  const auto log = dir.path() + "/second.log";
+  service svc(config, log, notify);
+  auto d = start(svc, notify, log, dir.path() + "/run2", nullptr);
+  CHECK(cached_of(d.complete(conversation(0))) == 0);
+  const auto m = d.metrics();
+  CHECK(discarded(m, "model_changed") == 1);
+  CHECK(sample(m, "kvlane_store_restored_snapshots_total") == 0);
+  CHECK(svc.stop() == 0);
+}
+
+TEST_CASE("store restart: after a crash the index is still open, so nothing is trusted") {
+  temp_dir dir;
+  notify_socket notify(dir.path() + "/notify");
+  first_run(dir, notify, 2, SIGKILL);
+
+  const auto config = dir.write("second.toml", restart_config(dir.path() + "/run2", 1, 64, "512KiB"));
+  const auto log = dir.path() + "/second.log";
+  service svc(config, log, notify);
+  auto d = start(svc, notify, log, dir.path() + "/run2", nullptr);
+  CHECK(cached_of(d.complete(conversation(0))) == 0);
+  const auto m = d.metrics();
+  CHECK(discarded(m, "index_unclean") == 1);
+  CHECK(sample(m, "kvlane_store_restored_snapshots_total") == 0);
+  CHECK(svc.stop() == 0);
+}
+
+TEST_CASE("store restart: a restart with a full store serves again quickly (figure printed)") {
+  temp_dir dir;
+  notify_socket notify(dir.path() + "/notify");
+  // 8 MiB full-slot snapshots into a 256 MiB store: 33 conversations leave 32
+  // stored, filling it.
+  constexpr int conversations = 33;
+  first_run(dir, notify, conversations, SIGTERM, "8MiB", 256);
+
+  const auto config = dir.write("second.toml", restart_config(dir.path() + "/run2", 1, 256, "8MiB"));
+  const auto log = dir.path() + "/second.log";
+  service svc(config, log, notify);
+  double ready_ms = 0;
+  auto d = start(svc, notify, log, dir.path() + "/run2", &ready_ms);
+  // Every stored conversation came back: the store is as full as it was.
+  const auto m = d.metrics();
+  CHECK(sample(m, "kvlane_store_restored_snapshots_total") == conversations - 1);
+  CHECK(sample(m, R"(kvlane_store_bytes{state="used"})") == 256.0 * 1024 * 1024);
+  const auto t = clock_type::now();
+  const auto r = d.complete(conversation(conversations - 2));
+  const double first_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+  CHECK(cached_of(r) == 99);
+  MESSAGE(fmt::format("restart with a full store ({} snapshots, 256 MiB): READY=1 after {:.0f} ms, "
+                      "first reused reply {:.0f} ms later",
+                      conversations - 1, ready_ms, first_ms));
+  CHECK(svc.stop() == 0);
+}
+
+TEST_CASE("store restart: under systemd, systemctl restart keeps the store") {
+  std::ifstream comm("/proc/1/comm");
+  std::string init;
+  std::getline(comm, init);
+  if (init != "systemd") {
+    kvlane::test::skip_test_case("needs systemd as PID 1 (PID 1 is '" + init + "')");
+    return;
+  }
+  if (!kvlane::test::running_as_root()) {
+    kvlane::test::skip_test_case("needs root to start a transient systemd service");
+    return;
+  }
+  temp_dir dir;
+  const auto config = dir.write("kvlane.toml", restart_config(dir.path() + "/run", 1, 64, "512KiB"));
+  const std::string unit = fmt::format("kvlane-store-restart-test-{}", ::getpid());
+  auto run = [](std::vector<std::string> args) {
+    auto p = spawn(args[0], std::vector<std::string>(args.begin() + 1, args.end()));
+    const auto rc = p.wait_exit(60s);
+    CAPTURE(p.output());
+    REQUIRE(rc == 0);
+    return p.output();
+  };
+  run({"/usr/bin/systemd-run", "--unit=" + unit, "-p", "Type=notify", "-p",
+       "FileDescriptorStoreMax=4", "-p", "NotifyAccess=main", KVLANED_PATH, "--config", config});
+  auto port_of_unit = [&] {
+    const auto journal = run({"/usr/bin/journalctl", "-u", unit, "-o", "cat", "--no-pager"});
+    std::smatch m;
+    const std::regex url{R"(on http://127\.0\.0\.1:(\d+))"};
+    std::string last;
+    for (auto it = std::sregex_iterator(journal.begin(), journal.end(), url);
+         it != std::sregex_iterator(); ++it)
+      last = (*it)[1];
+    REQUIRE(!last.empty());
+    return static_cast<std::uint16_t>(std::stoi(last));
+  };
+  daemon_run d{port_of_unit(), dir.path() + "/run"};
+  d.complete(conversation(0));
+  d.complete(conversation(1));
+  run({"/usr/bin/systemctl", "restart", unit}); // Type=notify: returns once READY=1 came
+  d.port = port_of_unit();
+  CHECK(cached_of(d.complete(conversation(0))) == 99);
+  run({"/usr/bin/systemctl", "stop", unit});
+}
