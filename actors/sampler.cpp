@@ -40,6 +40,27 @@ backends::token_id argmax(std::span<const float> logits) noexcept {
   return static_cast<backends::token_id>(best);
 }
 
+// The argmax of the allowed tokens (lowest id on ties; the lowest allowed id when none has a
+// finite logit), as argmax() of the row with the others at -inf would give it.
+backends::token_id argmax_allowed(std::span<const float> logits,
+                                  std::span<const std::uint64_t> allowed) noexcept {
+  const std::size_t n = std::min(logits.size(), allowed.size() * 64);
+  std::optional<std::size_t> best;
+  float best_v = neg_inf;
+  for (std::size_t w = 0; w * 64 < n; ++w) {
+    for (std::uint64_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+      const std::size_t i = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+      if (i >= n)
+        break;
+      if (!best || logits[i] > best_v) {
+        best = i;
+        best_v = std::isnan(logits[i]) ? neg_inf : logits[i];
+      }
+    }
+  }
+  return static_cast<backends::token_id>(best.value_or(0));
+}
+
 // Strict total order on token ids: higher value first, lower index breaks
 // ties. With it, nth_element/sort/heap results do not depend on the standard
 // library implementation.
@@ -147,15 +168,19 @@ backends::token_id sampler::sample(std::span<const float> logits,
                                    std::span<const std::uint64_t> allowed) {
   if (params_.token_limit != 0 && logits.size() > params_.token_limit)
     logits = logits.first(params_.token_limit);
+  const float temperature = params_.temperature;
+  const bool greedy =
+    !(temperature > 0.0f) || !std::isfinite(temperature) || !std::isfinite(1.0f / temperature);
+  if (!allowed.empty() && greedy && !params_.logprobs && params_.presence_penalty == 0.0f
+      && params_.frequency_penalty == 0.0f)
+    return argmax_allowed(logits, allowed); // the masked row's argmax, without copying it
   std::optional<backends::token_id> forced;
   if (!allowed.empty())
     logits = masked(logits, allowed, forced);
-  if (forced) {
+  if (forced && !greedy) {
     // Only tokens the model rules out are allowed (a complete grammar's end token): take the
     // first, with the draw a non-greedy call makes, so the stream position stays per token.
-    const float temperature = params_.temperature;
-    if (temperature > 0.0f && std::isfinite(temperature) && std::isfinite(1.0f / temperature))
-      (void)next_unit();
+    (void)next_unit();
   }
   if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) {
     const auto t = forced ? *forced : pick(logits);

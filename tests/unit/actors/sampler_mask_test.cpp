@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -93,4 +94,31 @@ TEST_CASE("sampler: token_limit still bounds a masked row") {
   p.token_limit = 3;
   sampler sut{p};
   CHECK(sut.sample(logits, mask_of(4, {0, 1, 3})) == 1);
+}
+
+TEST_CASE("sampler: greedy with a mask gives the same token without copying the row as with "
+          "logprobs on (the masked copy)") {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::uint64_t x = 7;
+  auto next = [&] { x = x * 6364136223846793005ull + 1442695040888963407ull; return x >> 33; };
+  for (int round = 0; round < 300; ++round) {
+    const std::size_t n = 1 + next() % 400;
+    std::vector<float> logits(n);
+    for (auto& v : logits) {
+      const auto r = next() % 20;
+      v = r == 0 ? ninf : r == 1 ? std::numeric_limits<float>::quiet_NaN()
+                                 : static_cast<float>(next() % 7); // many ties
+    }
+    std::vector<std::uint64_t> bits((n + 63) / 64);
+    for (std::size_t i = 0; i < n; ++i)
+      if (next() % 3 == 0)
+        bits[i >> 6] |= std::uint64_t{1} << (i & 63);
+    if (std::all_of(bits.begin(), bits.end(), [](auto w) { return w == 0; }))
+      bits[0] |= 1;
+    sampling_params fast;
+    sampling_params copied;
+    copied.logprobs = true;
+    CAPTURE(round);
+    CHECK(sampler{fast}.sample(logits, bits) == sampler{copied}.sample(logits, bits));
+  }
 }
