@@ -330,7 +330,8 @@ void tool_call_parser::finish(std::vector<tool_call_event>& out) {
       out.push_back({event::kind::text, 0, {}, buf_});
     break;
   case mode::head:
-  case mode::whole:
+    break; // a call cut short before its name was known: not text, and no call either
+  case mode::whole: // not a call in the expected shape, and never closed: text
     give_back(buf_.size(), out);
     if (!buf_.empty())
       out.push_back({event::kind::text, 0, {}, buf_});

@@ -11,7 +11,7 @@
 // then the call's end. A call written in another key order or spacing (a model not held to
 // the grammar) is read whole when it closes. Text after an opening that is not a call (it
 // never parses) is given back as text, so nothing is lost; whitespace between calls, and
-// after the last one, is dropped.
+// after the last one, is dropped, and so is a call cut short (max_tokens) before its name.
 //
 // Not thread-safe; one per answer.
 
@@ -44,7 +44,8 @@ public:
   /// Appends the events `text` completes to `out`.
   void feed(std::string_view text, std::vector<tool_call_event>& out);
   /// The text ended: what is held is given out (a call cut short ends with the arguments
-  /// it has; an opening that never became a call is text).
+  /// it has; one cut short before its name is dropped; text that may have been an opening
+  /// is text).
   void finish(std::vector<tool_call_event>& out);
   /// Calls begun so far.
   std::size_t calls() const noexcept { return calls_; }

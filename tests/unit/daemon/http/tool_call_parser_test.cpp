@@ -146,9 +146,10 @@ TEST_CASE("tool_call_parser: a call cut short ends with the arguments it has") {
   const auto sut = run(tool_call_syntax::hermes, {"<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1"});
   CHECK(sut.names == std::vector<std::string>{"f"});
   CHECK(sut.ended == std::vector<std::string>{"{\"a\": 1"});
-  const auto head = run(tool_call_syntax::hermes, {"<tool_call>{\"name\": \"f"});
+  // Cut short before its name: neither a call nor text (it is no answer text).
+  const auto head = run(tool_call_syntax::hermes, {"Calling. <tool_call>{\"name\": \"f"});
   CHECK(head.names.empty());
-  CHECK(head.text == "<tool_call>{\"name\": \"f");
+  CHECK(head.text == "Calling. ");
 }
 
 TEST_CASE("tool_call_parser: llama3 calls are the answer's JSON object, with parameters") {
