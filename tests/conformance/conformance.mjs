@@ -201,6 +201,100 @@ check("ollama: embed and the legacy embeddings give the vectors of /v1/embedding
   await assert.rejects(ollama.embed({ model: "nope", input: "x" }), (e) => e.status_code === 404);
 });
 
+// Tool calls and structured output. The tools' prompt needs the larger context of "slow"
+// (the sim's tokenizer is one token per byte); its answers are short (enums, small integers).
+const weather = {
+  type: "function",
+  function: {
+    name: "get_weather", description: "The weather in a city",
+    parameters: {
+      type: "object",
+      properties: { city: { enum: ["Paris", "Oslo"] }, days: { type: "integer", minimum: 1, maximum: 7 } },
+      required: ["city", "days"],
+    },
+  },
+};
+function checkWeather(args) {
+  assert.deepEqual(Object.keys(args), ["city", "days"]);
+  assert.ok(["Paris", "Oslo"].includes(args.city));
+  assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7);
+}
+const toolChat = {
+  model: "slow", messages: [{ role: "user", content: "Weather in Paris?" }], max_tokens: 120, seed: 5,
+  tools: [weather], tool_choice: { type: "function", function: { name: "get_weather" } },
+};
+
+check("openai tools: a named function answers with message.tool_calls", async () => {
+  const r = await openai.chat.completions.create(toolChat);
+  const c = r.choices[0];
+  assert.equal(c.finish_reason, "tool_calls");
+  assert.equal(c.message.content, null);
+  assert.equal(c.message.tool_calls.length, 1);
+  const call = c.message.tool_calls[0];
+  assert.equal(call.type, "function");
+  assert.match(call.id, /^call_/);
+  assert.equal(call.function.name, "get_weather");
+  checkWeather(JSON.parse(call.function.arguments));
+});
+
+check("openai tools: the SDK's stream helper assembles delta.tool_calls into the same call", async () => {
+  const stream = openai.chat.completions.stream({ ...toolChat, stream: true });
+  const final = await stream.finalChatCompletion();
+  const c = final.choices[0];
+  assert.equal(c.finish_reason, "tool_calls");
+  assert.equal(c.message.tool_calls.length, 1);
+  assert.equal(c.message.tool_calls[0].function.name, "get_weather");
+  checkWeather(JSON.parse(c.message.tool_calls[0].function.arguments));
+  assert.ok(!(c.message.content ?? "").includes("tool_call"));
+});
+
+check("openai tools: a call and its result go back in the conversation; bad tools are 400s", async () => {
+  const r = await openai.chat.completions.create({
+    model: "slow", max_tokens: 4, tools: [weather], tool_choice: "none",
+    messages: [
+      { role: "user", content: "Weather in Paris?" },
+      { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function",
+        function: { name: "get_weather", arguments: JSON.stringify({ city: "Paris", days: 1 }) } }] },
+      { role: "tool", tool_call_id: "call_1", content: "sunny" },
+    ],
+  });
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.choices[0].message.tool_calls, undefined);
+  await assert.rejects(openai.chat.completions.create({ ...toolChat, tool_choice: { type: "function", function: { name: "nope" } } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice.function.name");
+  await assert.rejects(openai.chat.completions.create({
+    ...toolChat, tool_choice: "auto",
+    tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { x: { type: "string", contentEncoding: "base64" } } } } }],
+  }), (e) => e instanceof OpenAI.BadRequestError && e.param === "tools[0].function.parameters" && /contentEncoding/.test(e.message));
+});
+
+check("openai response_format json_schema: the content parses and follows the schema", async () => {
+  const r = await openai.chat.completions.create({
+    model: "slow", messages: [{ role: "user", content: "Pick." }], max_tokens: 60, seed: 2,
+    response_format: { type: "json_schema", json_schema: { name: "pick", strict: true, schema: weather.function.parameters } },
+  });
+  assert.equal(r.choices[0].finish_reason, "stop");
+  checkWeather(JSON.parse(r.choices[0].message.content));
+});
+
+check("ollama: format as a schema answers JSON that follows it; tool history is accepted", async () => {
+  const r = await ollama.chat({
+    model: "slow", messages: [{ role: "user", content: "Pick." }], stream: false,
+    format: weather.function.parameters, options: { num_predict: 60, seed: 2 },
+  });
+  checkWeather(JSON.parse(r.message.content));
+  const h = await ollama.chat({
+    model: "slow", stream: false, tools: [weather], options: { num_predict: 2 },
+    format: weather.function.parameters,
+    messages: [
+      { role: "user", content: "Weather in Oslo?" },
+      { role: "assistant", content: "", tool_calls: [{ function: { name: "get_weather", arguments: { city: "Oslo", days: 2 } } }] },
+      { role: "tool", content: "cold", tool_name: "get_weather" },
+    ],
+  });
+  assert.equal(h.done, true);
+});
+
 let failed = 0;
 for (const [name, fn] of checks) {
   try {
