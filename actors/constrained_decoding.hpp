@@ -114,6 +114,9 @@ public:
   /// tokens. Prepares a stale mask.
   bool stuck();
 
+  /// The grammar holds and the text so far is a complete sentence of it.
+  bool complete() const noexcept { return matcher_ && matcher_->can_end(); }
+
   /// `t` ends the sequence: an end token while the grammar holds (allowed only when complete).
   bool is_end(backends::token_id t) const noexcept;
 

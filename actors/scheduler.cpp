@@ -180,9 +180,13 @@ public:
         st_.stats.masks.observe(us_between(t0, clock::now()), false);
       }
       if (grammar && grammar->stuck()) {
+        // Complete on a vocabulary without end tokens: a stop; else no token can go on.
         life_.retain_or_release(*s, clock::now());
-        life_.finish(*s, end_reason::error, "the output grammar allows no token of the model's "
-                                            "vocabulary here", clock::now());
+        if (grammar->complete())
+          life_.finish(*s, end_reason::stop, {}, clock::now());
+        else
+          life_.finish(*s, end_reason::error, "the output grammar allows no token of the "
+                                              "model's vocabulary here", clock::now());
         continue;
       }
       auto tok = grammar ? s->smp.sample(done.out.row(i), grammar->mask())

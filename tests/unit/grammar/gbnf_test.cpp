@@ -55,6 +55,11 @@ TEST_CASE("grammar gbnf: a body continues after | and inside parentheses across 
   CHECK(accepts(sut, "b"));
   CHECK(accepts(sut, "c"));
   CHECK_FALSE(accepts(sut, "ab"));
+  // As llama.cpp: the body may start on the line after ::=.
+  auto next_line = gbnf("root ::=\n  greeting \"!\"\ngreeting ::=\n  \"hello\" |\n  \"hi\"\n");
+  CHECK(accepts(next_line, "hello!"));
+  CHECK(accepts(next_line, "hi!"));
+  CHECK_FALSE(accepts(next_line, "!"));
 }
 
 TEST_CASE("grammar gbnf: recursion that is not left recursion nests to any depth") {
