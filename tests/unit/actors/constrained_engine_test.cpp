@@ -267,3 +267,23 @@ TEST_CASE("constrained engine: a constrained sequence stopped by its consumer mi
   CHECK(text_of(seen).starts_with("{\""));
   sut.check_nothing_leaked();
 }
+
+TEST_CASE("constrained engine: without end_when_complete a complete grammar allows only the end "
+          "token, which the sequence takes although the model scores it -30") {
+  engine_fixture sut{test::small_config(scheduler_mode::overlap)};
+  auto c = std::make_shared<actors::output_constraint>();
+  c->grammar = grammar::compile_gbnf(R"(root ::= "ok" [0-9])").value();
+  c->end_when_complete = false;
+  for (float temperature : {0.0f, 1.0f}) {
+    CAPTURE(temperature);
+    auto req = workload(1, false)[0];
+    req.sampling.temperature = temperature;
+    req.constraint = c;
+    const auto got = run_all(*sut.engine, {req});
+    const auto text = text_of(got[0].tokens);
+    CHECK(text.size() == 3);
+    CHECK(text.starts_with("ok"));
+    CHECK(got[0].end.reason == end_reason::stop);
+    CHECK(got[0].end.generated_tokens == 3); // the end token is not delivered
+  }
+}
