@@ -1,5 +1,8 @@
 #include "daemon/http/request_decoder.hpp"
 
+#include "daemon/http/chat_messages.hpp"
+#include "daemon/http/json_reader.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -17,109 +20,6 @@ using json = nlohmann::ordered_json;
 template <class T>
 using result = expected<T, api_error>;
 using status = expected<void, api_error>;
-
-#define KVLANE_HTTP_TRY(...)                                                                      \
-  do {                                                                                            \
-    if (auto status_ = (__VA_ARGS__); !status_)                                                   \
-      return ::kvlane::unexpected(std::move(status_.error()));                                    \
-  } while (false)
-
-/// Nesting depth of `body` outside strings, or past `limit` (stops early).
-std::size_t nesting_depth(std::string_view body, std::size_t limit) {
-  std::size_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit)
-        return deepest;
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
-result<json> parse_object(std::string_view body) {
-  if (nesting_depth(body, max_json_depth) > max_json_depth)
-    return unexpected(invalid("", fmt::format("malformed JSON: nested deeper than {} levels",
-                                              max_json_depth), "invalid_json"));
-  json doc;
-  try {
-    doc = json::parse(body.begin(), body.end());
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> from "parse error"
-    if (auto at = what.find("] "); at != std::string::npos)
-      what.erase(0, at + 2);
-    return unexpected(invalid("", "malformed JSON: " + what, "invalid_json"));
-  }
-  if (!doc.is_object())
-    return unexpected(invalid("", "the request body must be a JSON object", "invalid_json"));
-  return doc;
-}
-
-std::string type_of(const json& v) {
-  return v.type_name();
-}
-
-api_error wrong_type(const std::string& param, std::string_view expected, const json& v) {
-  return invalid(param, fmt::format("'{}' must be {}, got {}", param, expected, type_of(v)));
-}
-
-status read_string(const json& v, const std::string& param, std::string& out,
-                   std::size_t max_bytes = std::numeric_limits<std::size_t>::max()) {
-  if (!v.is_string())
-    return unexpected(wrong_type(param, "a string", v));
-  const auto& s = v.get_ref<const std::string&>();
-  if (s.size() > max_bytes)
-    return unexpected(invalid(param, fmt::format("'{}' is longer than {} bytes", param, max_bytes)));
-  out = s;
-  return {};
-}
-
-status read_bool(const json& v, const std::string& param, bool& out) {
-  if (!v.is_boolean())
-    return unexpected(wrong_type(param, "a boolean", v));
-  out = v.get<bool>();
-  return {};
-}
-
-status read_real(const json& v, const std::string& param, float& out, double lo, double hi) {
-  if (!v.is_number())
-    return unexpected(wrong_type(param, "a number", v));
-  const double x = v.get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi)
-    return unexpected(invalid(param, fmt::format("'{}' must be between {} and {}, got {}", param,
-                                                 lo, hi, x)));
-  out = static_cast<float>(x);
-  return {};
-}
-
-template <class T>
-status read_uint(const json& v, const std::string& param, T& out, std::uint64_t lo,
-                 std::uint64_t hi) {
-  if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0))
-    return unexpected(invalid(param, fmt::format("'{}' must be an integer between {} and {}, got {}",
-                                                 param, lo, hi, v.dump())));
-  const auto x = v.get<std::uint64_t>();
-  if (x < lo || x > hi)
-    return unexpected(invalid(param, fmt::format("'{}' must be an integer between {} and {}, got {}",
-                                                 param, lo, hi, x)));
-  out = static_cast<T>(x);
-  return {};
-}
 
 /// Seeds are any 64-bit integer (OpenAI allows negative ones); kept as their bits.
 status read_seed(const json& v, const std::string& param, std::optional<std::uint64_t>& out) {
@@ -179,118 +79,6 @@ status read_session(const json& v, std::string& out) {
   for (unsigned char c : out)
     if (c < 0x20 || c == 0x7f)
       return unexpected(invalid("session", "'session' must not contain control characters"));
-  return {};
-}
-
-/// Content as a string or an array of {"type": "text", "text": ...} parts.
-status read_content(const json& v, const std::string& param, std::string& out) {
-  if (v.is_string()) {
-    out = v.get<std::string>();
-    return {};
-  }
-  if (!v.is_array())
-    return unexpected(wrong_type(param, "a string or an array of content parts", v));
-  out.clear();
-  for (std::size_t j = 0; j < v.size(); ++j) {
-    const auto& part = v[j];
-    const auto p = fmt::format("{}[{}]", param, j);
-    if (!part.is_object())
-      return unexpected(wrong_type(p, "an object", part));
-    std::string type, text;
-    bool has_text = false;
-    for (const auto& [k, x] : part.items()) {
-      if (k == "type") {
-        KVLANE_HTTP_TRY(read_string(x, p + ".type", type, 32));
-      } else if (k == "text") {
-        KVLANE_HTTP_TRY(read_string(x, p + ".text", text));
-        has_text = true;
-      } else {
-        return unexpected(unsupported(p + "." + k));
-      }
-    }
-    if (type != "text")
-      return unexpected(unsupported(p + ".type", fmt::format("only \"text\" parts are, got \"{}\"",
-                                                             type)));
-    if (!has_text)
-      return unexpected(invalid(p + ".text", "a text part needs 'text'"));
-    out += text;
-  }
-  return {};
-}
-
-status read_messages(const json& v, std::vector<backends::chat_message>& out, bool ollama) {
-  if (!v.is_array())
-    return unexpected(wrong_type("messages", "an array", v));
-  if (v.empty() && !ollama) // an empty Ollama chat loads the model
-    return unexpected(invalid("messages", "'messages' must hold at least one message"));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    const auto& m = v[i];
-    const auto p = fmt::format("messages[{}]", i);
-    if (!m.is_object())
-      return unexpected(wrong_type(p, "an object", m));
-    backends::chat_message msg;
-    bool has_role = false, has_content = false, null_content = false, has_call_id = false,
-         has_calls = false;
-    for (const auto& [k, x] : m.items()) {
-      if (k == "role") {
-        KVLANE_HTTP_TRY(read_string(x, p + ".role", msg.role, 32));
-        has_role = true;
-      } else if (k == "content") {
-        if (x.is_null() && !ollama) // an assistant message that only calls tools
-          null_content = true;
-        else if (ollama)
-          KVLANE_HTTP_TRY(read_string(x, p + ".content", msg.content));
-        else
-          KVLANE_HTTP_TRY(read_content(x, p + ".content", msg.content));
-        has_content = true;
-      } else if (k == "tool_calls") {
-        auto calls = decode_message_tool_calls(x, p + ".tool_calls", ollama ? dialect::ollama : dialect::openai);
-        if (!calls)
-          return unexpected(std::move(calls).error());
-        msg.tool_calls = std::move(*calls);
-        has_calls = true;
-      } else if (k == "tool_call_id" && !ollama) {
-        KVLANE_HTTP_TRY(read_string(x, p + ".tool_call_id", msg.tool_call_id, 256));
-        has_call_id = true;
-      } else if (k == "tool_name" && ollama) {
-        KVLANE_HTTP_TRY(read_string(x, p + ".tool_name", msg.tool_name, max_tool_name));
-      } else if (k == "images" && ollama && x.is_array() && x.empty()) {
-        // Ollama clients send an empty image list with text-only messages.
-      } else {
-        return unexpected(unsupported(p + "." + k));
-      }
-    }
-    if (!has_role)
-      return unexpected(invalid(p + ".role", fmt::format("'{}.role' is required", p)));
-    if (msg.role == "developer")
-      msg.role = "system";
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
-      return unexpected(invalid(p + ".role",
-                                fmt::format("'{}.role' must be system, user, assistant or tool, got \"{}\"",
-                                            p, msg.role)));
-    const bool calls = !msg.tool_calls.empty();
-    if (has_calls && msg.role != "assistant")
-      return unexpected(invalid(p + ".tool_calls", fmt::format("'{}.tool_calls' is only allowed in an "
-                                                               "assistant message", p)));
-    if (has_call_id && msg.role != "tool")
-      return unexpected(invalid(p + ".tool_call_id", fmt::format("'{}.tool_call_id' is only allowed in "
-                                                                 "a tool message", p)));
-    if (!has_call_id && msg.role == "tool" && !ollama)
-      return unexpected(invalid(p + ".tool_call_id", fmt::format("'{}.tool_call_id' is required in a "
-                                                                 "tool message", p)));
-    if (null_content && !calls)
-      return unexpected(invalid(p + ".content", fmt::format("'{}.content' may be null only in an "
-                                                            "assistant message with tool_calls", p)));
-    if (!has_content && !calls)
-      return unexpected(invalid(p + ".content", fmt::format("'{}.content' is required", p)));
-    if (msg.role == "tool" && !ollama) { // the function's name, for formats that show it
-      for (auto it = out.rbegin(); it != out.rend() && msg.tool_name.empty(); ++it)
-        for (const auto& c : it->tool_calls)
-          if (c.id == msg.tool_call_id)
-            msg.tool_name = c.name;
-    }
-    out.push_back(std::move(msg));
-  }
   return {};
 }
 
@@ -482,7 +270,7 @@ generation_request ollama_defaults() {
 } // namespace
 
 expected<generation_request, api_error> decode_chat_completion(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_ordered_object(body);
   if (!doc)
     return unexpected(std::move(doc).error());
   generation_request r;
@@ -531,7 +319,7 @@ expected<generation_request, api_error> decode_chat_completion(std::string_view 
 }
 
 expected<generation_request, api_error> decode_completion(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_ordered_object(body);
   if (!doc)
     return unexpected(std::move(doc).error());
   generation_request r;
@@ -590,7 +378,7 @@ expected<generation_request, api_error> decode_completion(std::string_view body)
 }
 
 expected<generation_request, api_error> decode_ollama_generate(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_ordered_object(body);
   if (!doc)
     return unexpected(std::move(doc).error());
   auto r = ollama_defaults();
@@ -625,7 +413,7 @@ expected<generation_request, api_error> decode_ollama_generate(std::string_view 
 }
 
 expected<generation_request, api_error> decode_ollama_chat(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_ordered_object(body);
   if (!doc)
     return unexpected(std::move(doc).error());
   auto r = ollama_defaults();
@@ -656,7 +444,7 @@ expected<generation_request, api_error> decode_ollama_chat(std::string_view body
 }
 
 expected<tokenize_request, api_error> decode_tokenize(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_ordered_object(body);
   if (!doc)
     return unexpected(std::move(doc).error());
   tokenize_request r;
@@ -679,7 +467,7 @@ expected<tokenize_request, api_error> decode_tokenize(std::string_view body) {
 }
 
 expected<detokenize_request, api_error> decode_detokenize(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_ordered_object(body);
   if (!doc)
     return unexpected(std::move(doc).error());
   detokenize_request r;
@@ -707,14 +495,14 @@ expected<detokenize_request, api_error> decode_detokenize(std::string_view body)
 }
 
 expected<nlohmann::json, api_error> parse_json_object(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_ordered_object(body);
   if (!doc)
     return unexpected(std::move(doc).error());
   return nlohmann::json(std::move(*doc));
 }
 
 expected<std::string, api_error> decode_model_name(std::string_view body) {
-  auto doc = parse_object(body);
+  auto doc = parse_ordered_object(body);
   if (!doc)
     return unexpected(std::move(doc).error());
   std::string model;
@@ -731,4 +519,3 @@ expected<std::string, api_error> decode_model_name(std::string_view body) {
 
 } // namespace kvlane::daemon::http
 
-#undef KVLANE_HTTP_TRY

@@ -2,6 +2,7 @@
 
 #include "common/grammar/gbnf.hpp"
 #include "common/grammar/json_schema.hpp"
+#include "daemon/http/json_reader.hpp"
 #include "daemon/http/tool_grammar.hpp"
 
 #include <fmt/format.h>
@@ -15,10 +16,6 @@ using json = nlohmann::ordered_json;
 
 /// The largest schema text accepted (the grammar library's own bound on its input).
 constexpr std::size_t max_schema_bytes = grammar::limits{}.max_text;
-
-api_error wrong_type(const std::string& param, std::string_view expected, const json& v) {
-  return invalid(param, fmt::format("'{}' must be {}, got {}", param, expected, v.type_name()));
-}
 
 expected<output_format, api_error> schema_format(const json& schema, std::string param) {
   output_format f;

@@ -1,5 +1,7 @@
 #include "daemon/http/tool_calls.hpp"
 
+#include "daemon/http/json_reader.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -11,10 +13,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 using status = expected<void, api_error>;
-
-api_error wrong_type(const std::string& param, std::string_view expected, const json& v) {
-  return invalid(param, fmt::format("'{}' must be {}, got {}", param, expected, v.type_name()));
-}
 
 status check_name(const std::string& name, const std::string& param) {
   if (name.empty() || name.size() > max_tool_name)
