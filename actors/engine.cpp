@@ -421,6 +421,16 @@ void engine::shutdown(std::string_view why) {
   // The monitor goes first: schedulers stopping now are not failures.
   if (monitor_)
     self->send_exit(monitor_, caf::exit_reason::user_shutdown);
+  // Retained KV still warm in slots goes to the store first, so the index
+  // written below keeps it across a restart (bounded: a slow device loses it).
+  for (auto& m : models_)
+    if (!m.health->failed())
+      self->request(m.scheduler, std::chrono::seconds(5), flush_warm_atom::value)
+        .receive([](bool) {},
+                 [&](caf::error& err) {
+                   logging::get("store")->warn("model '{}': warm retained KV not all stored: {}",
+                                               m.name, caf::to_string(err));
+                 });
   for (auto& m : models_) {
     if (m.health->failed())
       continue; // its streams ended when it failed

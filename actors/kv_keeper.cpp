@@ -208,6 +208,14 @@ kv_jobs kv_keeper::reclaim_warm(std::uint32_t wanted, std::uint32_t free, std::u
     drop_warm(*coldest);
     ++free;
   }
+  while (flushing_ && transfers_pending + jobs.transfers.size() == 0) {
+    const auto coldest = retained_.coldest_warm();
+    if (!coldest)
+      break;
+    if (reuse_.mode == reuse_mode::store && dump_retained(*coldest, jobs))
+      break;
+    drop_warm(*coldest);
+  }
   return jobs;
 }
 

@@ -181,6 +181,12 @@ public:
   kv_jobs reclaim_warm(std::uint32_t wanted, std::uint32_t free, std::uint32_t promised,
                        std::uint32_t transfers_pending);
 
+  /// The daemon is about to stop: from now on every reclaim_warm dumps the
+  /// coldest warm entry into the store whenever the lane is idle (one the
+  /// store cannot take, or any in a mode without store reuse, is dropped),
+  /// so retained KV survives a restart. Done when warm_count() is 0.
+  void flush_warm() noexcept { flushing_ = true; }
+
   /// A retained entry's dump ended; true when its copy is now in the store.
   bool retained_dump_done(const transfer_job& job, bool ok);
 
@@ -258,6 +264,7 @@ private:
   retention retained_;
   std::vector<std::optional<retained_id>> warm_; ///< per slot: the retained entry warm in it
   std::uint32_t warm_count_ = 0;
+  bool flushing_ = false; ///< flush_warm: every warm entry goes to the store
   std::unordered_map<seq_id, parked_kv> parked_; ///< sequences' snapshots: dumping, parked, loading
   time_point last_expiry_check_{};
   std::optional<time_point> expiry_due_; ///< when the armed expiry timer fires

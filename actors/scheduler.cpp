@@ -71,6 +71,7 @@ struct scheduler_state {
   output_lengths outputs; ///< finished lengths, for how long a resident runs on
   scheduler_stats stats;
   bool shutting_down = false;
+  std::optional<caf::response_promise> flushed; ///< flush_warm_atom: replied when no entry is warm
   bool replan_queued = false; ///< a replan_atom is in the mailbox
   bool plan_stale = false;    ///< submits arrived since the last plan
 
@@ -235,6 +236,10 @@ public:
   void on_transfer_done(transfer_done& done) {
     if (life_.transfer_ended(done, hidden_ms(done.start, done.end), clock::now()))
       schedule();
+    if (st_.flushed && st_.kv->warm_count() == 0) {
+      st_.flushed->deliver(true);
+      st_.flushed.reset();
+    }
   }
 
   void reschedule() { schedule(); }
@@ -640,6 +645,15 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
     [self](cache_list_atom) { return logic::planned(self, &logic::list_cache); },
     [self](cache_drop_atom, retained_drop_request req) {
       return logic::planned(self, &logic::drop_cache, req);
+    },
+    [self](flush_warm_atom) -> caf::result<bool> {
+      auto& st = self->state;
+      st.kv->flush_warm();
+      logic::planned(self, &logic::reschedule);
+      if (st.kv->warm_count() == 0)
+        return true;
+      st.flushed = self->make_response_promise();
+      return *st.flushed;
     },
     [self](shutdown_atom, std::string why) -> bool {
       logic::planned(self, &logic::on_shutdown, why);

@@ -91,6 +91,11 @@ using reuse_atom = caf::atom_constant<caf::atom("reuse")>;
 /// cancelled and `message`, frees every slot and snapshot, then replies.
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 
+/// The daemon is about to stop: dumps every warm retained entry into the
+/// store (one at a time, while the transfer lane is idle), so the store's
+/// index keeps it across a restart. Replies true once none is left warm.
+using flush_warm_atom = caf::atom_constant<caf::atom("flushwarm")>;
+
 /// Test hook: the scheduler throws std::runtime_error(`message`) from its
 /// handler, as a bug would, so that tests can exercise what a scheduler's
 /// death does to its model (the engine's monitor, the sessions, the daemon).

@@ -198,3 +198,30 @@ TEST_CASE("kv_keeper: a stored entry whose recorded tokens are not the prompt's 
   CHECK_FALSE(sut.find_reusable(1000, next_turn(conversation())));
   CHECK(store->stats().snapshots == 0);
 }
+
+TEST_CASE("kv_keeper: flushing before a stop dumps every warm entry, one while the lane is idle, "
+          "never dropping one the store can take") {
+  auto arena = ipc::memfd_arena::create("kvlane-test-keeper-flush", 1024 * kib);
+  REQUIRE(arena);
+  auto store = store_on(std::move(*arena), loaded);
+  auto sut = make_keeper(store);
+  auto a = conversation();
+  auto b = conversation();
+  b[0] = 500;
+  REQUIRE(sut.retain(1000, "", a, 0, t0));
+  REQUIRE(sut.retain(1000, "", b, 1, t0 + 1s));
+  // Nothing is wanted: without the flush both stay warm.
+  CHECK(sut.reclaim_warm(0, 2, 0, 0).transfers.empty());
+  sut.flush_warm();
+  CHECK(sut.reclaim_warm(0, 2, 0, 1).transfers.empty()); // the lane is busy: wait
+  for (int round = 0; round < 2; ++round) {
+    auto jobs = sut.reclaim_warm(0, 2, 0, 0);
+    REQUIRE(jobs.transfers.size() == 1);
+    REQUIRE(store->seal(jobs.transfers[0]->snapshot));
+    REQUIRE(sut.retained_dump_done(*jobs.transfers[0], true));
+  }
+  CHECK(sut.warm_count() == 0);
+  CHECK(sut.counters().retained_dropped == 0);
+  CHECK(store->stats().retained_snapshots == 2);
+  CHECK(sut.reclaim_warm(0, 2, 0, 0).transfers.empty());
+}
