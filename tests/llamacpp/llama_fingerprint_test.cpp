@@ -10,6 +10,9 @@
 
 #include <doctest/doctest.h>
 
+#include <fmt/format.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -27,7 +30,16 @@ ipc::kv_fingerprint fingerprint_of_file(const std::string& gguf, const std::stri
   m.chat_format = backends::chat_format::automatic;
   auto b = backends::make_backend(m.name, m.backend);
   REQUIRE(b.has_value());
+  const auto t0 = std::chrono::steady_clock::now();
   auto fp = actors::fingerprint_of(m, **b, cache);
+  const auto t1 = std::chrono::steady_clock::now();
+  (void)actors::tokenizer_hash((*b)->tokens());
+  const auto t2 = std::chrono::steady_clock::now();
+  MESSAGE(fmt::format("fingerprint of a {:.0f} MiB GGUF ({} tokens): {:.1f} ms; the "
+                      "tokenizer hash alone {:.1f} ms",
+                      std::filesystem::file_size(gguf) / 1048576.0, (*b)->tokens().size(),
+                      std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                      std::chrono::duration<double, std::milli>(t2 - t1).count()));
   REQUIRE(fp.has_value());
   return *fp;
 }
