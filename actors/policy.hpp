@@ -9,6 +9,7 @@
 
 #include "actors/cost_model.hpp"
 #include "actors/fault_policy.hpp"
+#include "actors/slo.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -94,6 +95,9 @@ struct scheduler_policy {
   /// host timing noise). nullopt = measure.
   std::optional<cost_figures> fixed_costs;
   fault_knobs faults;                  ///< what a failed step leads to (actors/fault_policy)
+  /// The latency objectives per class ([scheduler.slo]): a preemption must save one
+  /// (actors/preemption_rule).
+  slo_targets slo;
 
   friend bool operator==(const scheduler_policy&, const scheduler_policy&) = default;
 };

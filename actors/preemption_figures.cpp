@@ -5,9 +5,9 @@
 namespace kvlane::actors {
 
 preemption_figures::preemption_figures(const cost_model& costs, const output_lengths& outputs,
-                                       std::size_t slot_holders, std::uint32_t prefill_chunk,
-                                       bool dump_exposed)
-  : costs_(costs), outputs_(outputs), chunk_(std::max<std::uint32_t>(1, prefill_chunk)),
+                                       const slo_targets& slo, std::size_t slot_holders,
+                                       std::uint32_t prefill_chunk, bool dump_exposed)
+  : costs_(costs), outputs_(outputs), slo_(slo), chunk_(std::max<std::uint32_t>(1, prefill_chunk)),
     dump_exposed_(dump_exposed) {
   const auto base = costs.step_base_ms();
   const auto per_token = costs.step_per_token_ms();
@@ -24,9 +24,33 @@ void preemption_figures::fill(const resident_progress& s, slot_candidate& c) con
   const auto prompt_left = s.kv_len < s.tokens ? s.tokens - s.kv_len : 0;
   const double prefill_steps = static_cast<double>((prompt_left + chunk_ - 1) / chunk_);
   const double left_at_most = s.max_tokens > s.generated ? s.max_tokens - s.generated : 0;
-  c.expected_end_ms =
-    (prefill_steps + outputs_.expected_remaining(s.generated, s.max_tokens)) * *step_ms_;
+  const double left = outputs_.expected_remaining(s.generated, s.max_tokens);
+  c.expected_end_ms = (prefill_steps + left) * *step_ms_;
   c.end_at_most_ms = (prefill_steps + left_at_most) * *step_ms_;
+  c.slack_ms = slack(s, prefill_steps * *step_ms_, left);
+}
+
+void preemption_figures::fill_waiting(const resident_progress& s, bool parked,
+                                      slot_candidate& c) const {
+  if (!step_ms_)
+    return;
+  const auto start = parked ? costs_.load_ms(s.snapshot_bytes)
+                            : costs_.recompute_ms(static_cast<std::uint32_t>(
+                                s.tokens > s.kv_len ? s.tokens - s.kv_len : 0));
+  if (!start)
+    return;
+  const double left = outputs_.expected_remaining(s.generated, s.max_tokens);
+  c.service_ms = *start + left * *step_ms_;
+  c.slack_ms = slack(s, *start, left);
+}
+
+double preemption_figures::slack(const resident_progress& s, double ahead_ms, double left) const {
+  const auto& objective = slo_.of(s.cls);
+  if (s.generated == 0)
+    return objective.ttft_ms - s.elapsed_ms - ahead_ms;
+  // The mean gap over its whole output: the gaps so far and the ones to come.
+  const double gaps = std::max(1.0, double(s.generated) + left - 1.0);
+  return objective.tpot_ms * gaps - s.elapsed_ms - ahead_ms - left * *step_ms_;
 }
 
 } // namespace kvlane::actors

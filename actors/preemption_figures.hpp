@@ -11,10 +11,18 @@
 // figures (or the eviction's), the figures stay unknown and the rule leaves
 // the choice to the rank order.
 //
+// Slack (goodput): how long a sequence may still wait for a slot, or stall in
+// one, and meet its class's objective ([scheduler.slo]). Before its first
+// token that is its TTFT less the time it has waited and its start (a
+// resident's remaining prefill steps; a waiting one's prefill or load); after
+// it, its TPOT times its expected token gaps, less the time since its first
+// token and its expected remaining run.
+//
 // Pure: no clock. Threading: a value built per plan.
 
 #include "actors/cost_model.hpp"
 #include "actors/output_lengths.hpp"
+#include "actors/slo.hpp"
 #include "actors/slot_planner.hpp"
 
 #include <cstddef>
@@ -22,13 +30,16 @@
 
 namespace kvlane::actors {
 
-/// One resident sequence as the figures need it.
+/// One live sequence as the figures need it.
 struct resident_progress {
-  std::uint32_t kv_len = 0;       ///< positions in its slot
+  std::uint32_t kv_len = 0;       ///< positions in its slot or snapshot
   std::size_t tokens = 0;         ///< prompt plus generated tokens so far
   std::uint32_t generated = 0;
   std::uint32_t max_tokens = 0;
-  std::uint64_t snapshot_bytes = 0; ///< its snapshot's size if it were dumped now
+  std::uint64_t snapshot_bytes = 0; ///< its snapshot's size if it were dumped now (or is)
+  priority_class cls = priority_class::interactive;
+  /// Since its first token; since it arrived while it has none.
+  double elapsed_ms = 0;
 };
 
 class preemption_figures {
@@ -36,15 +47,27 @@ public:
   /// `slot_holders`: the sequences one step would carry; `prefill_chunk`: the
   /// backend's largest prefill row; `dump_exposed`: a dump stalls compute.
   preemption_figures(const cost_model& costs, const output_lengths& outputs,
-                     std::size_t slot_holders, std::uint32_t prefill_chunk, bool dump_exposed);
+                     const slo_targets& slo, std::size_t slot_holders,
+                     std::uint32_t prefill_chunk, bool dump_exposed);
 
-  /// Fills `c`'s eviction_ms (the way c.recompute_cheaper says it would go)
-  /// and expected_end_ms / end_at_most_ms, where known.
+  /// A resident: fills `c`'s eviction_ms (the way c.recompute_cheaper says it
+  /// would go), expected_end_ms / end_at_most_ms and slack_ms, where known.
   void fill(const resident_progress& s, slot_candidate& c) const;
+  /// A waiting sequence (queued or parked, `parked` when its KV is in the
+  /// store): fills `c`'s service_ms and slack_ms, where known.
+  void fill_waiting(const resident_progress& s, bool parked, slot_candidate& c) const;
+
+  /// One step with every slot holder, if the cost model has measured it.
+  std::optional<double> step_ms() const noexcept { return step_ms_; }
 
 private:
+  /// Slack for a sequence whose first token (or next run) is `ahead_ms` away
+  /// and that then has `left` tokens to go.
+  double slack(const resident_progress& s, double ahead_ms, double left) const;
+
   const cost_model& costs_;
   const output_lengths& outputs_;
+  const slo_targets& slo_;
   std::optional<double> step_ms_;
   std::uint32_t chunk_;
   bool dump_exposed_;

@@ -12,6 +12,17 @@
 // before its eviction is done (by its expected length, or for certain by its
 // max_tokens) is never evicted: the slot frees sooner by leaving it alone.
 //
+// Goodput: where the waiter's latency objective is known (its class's TTFT in
+// [scheduler.slo], how long it has waited, what its start costs), the
+// eviction must also save that objective: the waiter misses its TTFT if it
+// waits for a slot and meets it if the eviction goes ahead. A waiter that
+// meets its objective anyway gains nothing that counts and costs everyone the
+// eviction's device time; one that misses it either way is demoted, not
+// helped at others' expense. And the victim must not lose an objective it
+// would otherwise meet (its TPOT, or its TTFT while it has no token yet),
+// unless the waiter is of a higher class (an interactive request over a batch
+// one).
+//
 // Unknown figures (a cost model that has measured nothing yet, a resident
 // with no estimate) leave the choice to the rank order: the eviction goes
 // ahead, which also measures the costs.
@@ -19,11 +30,12 @@
 // Pure: values in, a verdict out; no clock. docs/scheduling.md, "Preemption
 // only when it pays".
 
+#include <cstdint>
 #include <limits>
 
 namespace kvlane::actors {
 
-/// The figures of one possible eviction, in device milliseconds.
+/// The figures of one possible eviction, in milliseconds.
 struct preemption_case {
   static constexpr double unknown = std::numeric_limits<double>::infinity();
 
@@ -38,9 +50,32 @@ struct preemption_case {
   /// Expected wait of the waiting sequence for a slot without evicting: the
   /// soonest expected end among the residents. `unknown` if not known.
   double wait_avoided_ms = unknown;
+
+  // -- goodput: all unknown leaves the rule above alone -----------------------------
+
+  /// The waiter: how long it runs once it holds a slot (its prefill or load,
+  /// then its expected output), and its slack: how long it may still wait for
+  /// a slot and meet its objective (negative: it misses it whatever happens).
+  double waiter_service_ms = unknown;
+  double waiter_slack_ms = unknown;
+  /// The waiter's class is above the victim's.
+  bool waiter_outranks = false;
+  /// How long the victim may stall and still meet its objective (negative:
+  /// it misses it anyway).
+  double victim_slack_ms = unknown;
 };
 
 /// True when the eviction described by `c` should go ahead.
 bool preemption_pays(const preemption_case& c) noexcept;
+
+/// The goodput part alone: whether the eviction saves the waiter's objective
+/// (it misses it waiting for the slot, meets it with the eviction). Unknown
+/// figures: true.
+bool eviction_saves_waiter(const preemption_case& c) noexcept;
+
+/// Whether the eviction costs the victim an objective it would meet if left
+/// alone: it stalls for the eviction and then until a slot frees (the
+/// waiter's run or the soonest other end). Unknown figures: false.
+bool eviction_breaks_victim(const preemption_case& c) noexcept;
 
 } // namespace kvlane::actors

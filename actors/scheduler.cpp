@@ -60,6 +60,7 @@ struct scheduler_state {
   std::uint32_t max_step_tokens = 0;
   bool batch_prefill_yields = false;
   std::uint32_t spare = 1;
+  slo_targets slo; ///< [scheduler.slo]: what a preemption must save
 
   std::uint64_t step_number = 0;
   bool step_in_flight = false;
@@ -207,7 +208,8 @@ public:
       }
       s->tokens.push_back(tok);
       st_.seqs.note_head(*s);
-      ++s->generated;
+      if (s->generated++ == 0)
+        s->first_token = clock::now();
       ++st_.stats.tokens_generated;
       if (s->smp.params().logprobs)
         self_->send(s->session, tokens_atom::value, std::vector<token_id>{tok},
@@ -447,16 +449,26 @@ private:
         order.push_back(s);
     std::vector<slot_candidate> candidates;
     candidates.reserve(order.size());
-    const preemption_figures figures{st_.costs, st_.outputs, slot_holders().size(),
+    const preemption_figures figures{st_.costs, st_.outputs, st_.slo, slot_holders().size(),
                                      st_.info.max_prefill_chunk, st_.serialized};
+    const auto now = clock::now();
     for (auto* s : order) {
       slot_candidate c{s->id, s->state, s->slot, s->in_step, false};
-      if (s->state == kv_state::resident) {
-        if (!s->in_step)
-          c.recompute_cheaper = would_recompute(*s);
-        figures.fill({s->kv_len, s->tokens.size(), s->generated, s->smp.params().max_tokens,
-                      st_.setup.backend->snapshot_size(s->kv_len)},
-                     c);
+      c.cls = s->position.cls;
+      const bool waiting = s->state == kv_state::queued || s->state == kv_state::parked;
+      if (s->state == kv_state::resident || waiting) {
+        const auto since = s->generated > 0 ? s->first_token : s->arrived;
+        const resident_progress progress{
+          s->kv_len, s->tokens.size(), s->generated, s->smp.params().max_tokens,
+          st_.setup.backend->snapshot_size(s->kv_len), s->position.cls,
+          std::chrono::duration<double, std::milli>(now - since).count()};
+        if (waiting) {
+          figures.fill_waiting(progress, s->state == kv_state::parked, c);
+        } else {
+          if (!s->in_step)
+            c.recompute_cheaper = would_recompute(*s);
+          figures.fill(progress, c);
+        }
       }
       candidates.push_back(c);
     }
@@ -566,6 +578,7 @@ void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
   st.max_step_tokens = p.max_step_tokens;
   st.batch_prefill_yields = p.batch_prefill_yields;
   st.spare = p.spare_slots;
+  st.slo = p.slo;
   st.costs.set_alpha(p.ewma_alpha);
   st.costs.fix(p.fixed_costs);
   st.faults.set_knobs(p.faults);

@@ -71,6 +71,7 @@ struct sequence {
   std::uint32_t reused = 0;    ///< positions its last admission took from retained KV
   std::optional<std::uint64_t> head; ///< reuse_head_of(tokens): which retained entries it can match
   std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point first_token; ///< set with the first generated token
 
   explicit sequence(const submission& s)
     : id(s.id), client(s.client), owner(s.owner), session_name(s.session_name),

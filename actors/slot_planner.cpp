@@ -39,7 +39,8 @@ public:
     target_size_ = plan_target_size(slots, in.spare_slots, preemptive_);
     for (const auto& c : seqs_)
       if (c.state == kv_state::resident || c.state == kv_state::loading)
-        soonest_end_ms_ = std::min(soonest_end_ms_, c.expected_end_ms);
+        ends_ms_.push_back(c.expected_end_ms);
+    std::sort(ends_ms_.begin(), ends_ms_.end());
   }
 
   void run() {
@@ -62,10 +63,11 @@ private:
         continue;
       }
       if (!slot && preemptive_) {
-        waiting_ = true;
+        if (!waiter_)
+          waiter_ = i;
         // A dump queued behind other transfers would hold its slot idle:
         // the victim keeps computing until the lane is free.
-        auto* victim = pick_victim(soonest_end_ms_);
+        auto* victim = pick_victim(&s, end_for_waiter(waiting_++));
         if (victim && (pending_ == 0 || victim->recompute_cheaper))
           evict(*victim); // a recompute frees the slot at once, a dump later
         slot = free_slot();
@@ -81,7 +83,8 @@ private:
     while (free_slots() + promised_ < spare_) {
       // A target sequence left waiting would take the spare next: the same
       // rule as for its own victim. Otherwise only the victim's end can veto.
-      auto* victim = pick_victim(waiting_ ? soonest_end_ms_ : preemption_case::unknown);
+      auto* victim = waiter_ ? pick_victim(&seqs_[*waiter_], end_for_waiter(0))
+                             : pick_victim(nullptr, preemption_case::unknown);
       if (!victim)
         break;
       if (pending_ > 0 && !victim->recompute_cheaper)
@@ -91,17 +94,38 @@ private:
     }
   }
 
+  // Without an eviction, the k-th target sequence left without a slot gets
+  // the k-th slot expected to free.
+  double end_for_waiter(std::size_t k) const {
+    return k < ends_ms_.size() ? ends_ms_[k] : preemption_case::unknown;
+  }
+
   // The lowest-ranked resident outside the target, not in the step, whose
-  // eviction pays against waiting `wait_avoided_ms` for a slot.
-  slot_candidate* pick_victim(double wait_avoided_ms) {
+  // eviction pays for `waiter` (null: restoring the spare for no one)
+  // against waiting `wait_avoided_ms` for a slot.
+  slot_candidate* pick_victim(const slot_candidate* waiter, double wait_avoided_ms) {
     for (std::size_t i = seqs_.size(); i-- > target_size_;) {
       auto& s = seqs_[i];
       if (s.state != kv_state::resident || s.in_step)
         continue;
-      if (preemption_pays({s.eviction_ms, s.expected_end_ms, s.end_at_most_ms, wait_avoided_ms}))
+      if (preemption_pays(eviction_case(waiter, s, wait_avoided_ms)))
         return &s;
     }
     return nullptr;
+  }
+
+  static preemption_case eviction_case(const slot_candidate* waiter, const slot_candidate& victim,
+                                       double wait_avoided_ms) {
+    preemption_case c{victim.eviction_ms, victim.expected_end_ms, victim.end_at_most_ms,
+                      wait_avoided_ms};
+    c.victim_slack_ms = victim.slack_ms;
+    if (waiter) {
+      c.waiter_service_ms = waiter->service_ms;
+      c.waiter_slack_ms = waiter->slack_ms;
+      c.waiter_outranks = waiter->cls == priority_class::interactive
+                          && victim.cls == priority_class::batch;
+    }
+    return c;
   }
 
   void evict(slot_candidate& s) {
@@ -141,8 +165,9 @@ private:
   std::uint32_t promised_;
   std::uint32_t spare_ = 0;
   std::size_t target_size_ = 0;
-  double soonest_end_ms_ = preemption_case::unknown; ///< of the residents
-  bool waiting_ = false; ///< a target sequence found no slot to take
+  std::vector<double> ends_ms_; ///< the residents' expected ends, soonest first
+  std::size_t waiting_ = 0;             ///< target sequences that found no slot to take
+  std::optional<std::size_t> waiter_;   ///< the first of them
 };
 
 } // namespace

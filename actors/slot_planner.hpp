@@ -18,7 +18,10 @@
 // sequence, its eviction must cost less than the wait it avoids (the soonest
 // expected end among the residents), and no victim is taken that would end
 // before its eviction is done; the lowest-ranked resident for which that
-// holds is the victim.
+// holds is the victim. Where the objectives are known, the eviction must also
+// save the waiter's TTFT objective and not break the victim's (unless the
+// waiter's class is higher); the k-th target sequence left without a slot
+// waits, if nothing is evicted, for the k-th soonest expected end.
 //
 // Carrying out a decision can turn out otherwise than asked (the store may
 // have no room for a swap, a parked snapshot may have been evicted), and later
@@ -67,6 +70,14 @@ struct slot_candidate {
   double eviction_ms = 0; ///< what evicting it costs, the way recompute_cheaper says
   double expected_end_ms = preemption_case::unknown; ///< until it ends if left alone
   double end_at_most_ms = preemption_case::unknown;  ///< until it ends at the latest
+  // Goodput figures (actors/preemption_rule), unknown where not known.
+  priority_class cls = priority_class::interactive;
+  /// How long it may still wait (waiting) or stall (resident) and meet its
+  /// objective ([scheduler.slo]); negative: it misses it anyway.
+  double slack_ms = preemption_case::unknown;
+  /// Waiting sequences: how long it runs once admitted (its prefill or load,
+  /// then its expected output).
+  double service_ms = preemption_case::unknown;
 };
 
 struct slot_plan_input {

@@ -137,9 +137,14 @@ json status(const admin_services& s) {
   }
   auto store = s.engine->store_stats();
   const auto conv = s.sessions ? s.sessions->stats() : session_table_stats{};
+  const auto slo = s.slo ? s.slo() : actors::slo_targets{};
+  const auto objective = [](const actors::slo_bound& b) {
+    return json{{"ttft_ms", b.ttft_ms}, {"tpot_ms", b.tpot_ms}};
+  };
   return {{"version", s.version},
           {"uptime_s", uptime.count()},
           {"mode", s.mode},
+          {"slo", {{"interactive", objective(slo.interactive)}, {"batch", objective(slo.batch)}}},
           {"admitting", s.engine->admitting()},
           {"clients", s.clients_connected ? s.clients_connected() : 0},
           {"models", std::move(models)},

@@ -229,6 +229,8 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string 
     return s->gateway_ ? s->gateway_->counters().clients_connected.load() : 0;
   };
   sv.reload = [s = self.get()] { return s->reload(); };
+  // Read on the admin thread, the one that reloads.
+  sv.slo = [s = self.get()] { return s->cfg_.scheduler.slo; };
   for (auto& k : self->cfg_.http.keys)
     sv.http_keys.push_back(k.name);
   sv.set_log_level = [](std::string_view logger, std::string_view level) {
@@ -505,7 +507,7 @@ reload_report app::reload() {
   if (knobs != now.scheduler) {
     if (engine_->update_policy(knobs)) {
       r.applied.push_back("scheduler (quantum_steps, levels, spare_slots, max_step_tokens, "
-                          "batch_prefill_yields, aging_steps, ewma_alpha, faults)");
+                          "batch_prefill_yields, aging_steps, ewma_alpha, faults, slo)");
       now.scheduler = knobs;
     } else {
       r.needs_restart.push_back("scheduler: a model's scheduler did not confirm the new knobs");

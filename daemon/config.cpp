@@ -201,6 +201,29 @@ status parse_scheduler_faults(const reporter& r, const section& scheduler,
   return {};
 }
 
+// [scheduler.slo]: the objectives per class, in whole milliseconds (1 ms to 1 day).
+status parse_scheduler_slo(const reporter& r, const section& scheduler, actors::slo_targets& out) {
+  auto table = find_table(r, scheduler, "slo");
+  if (!table)
+    return unexpected(std::move(table.error()));
+  if (*table == nullptr)
+    return {};
+  const section s{**table, scheduler.key("slo")};
+  KVLANE_CONFIG_TRY(check_keys(
+    r, s, {"interactive_ttft_ms", "interactive_tpot_ms", "batch_ttft_ms", "batch_tpot_ms"}));
+  const auto read_ms = [&](std::string_view key, double& value) -> status {
+    auto ms = static_cast<std::uint32_t>(value);
+    KVLANE_CONFIG_TRY(read_int(r, s, key, ms, 1, 86'400'000));
+    value = ms;
+    return {};
+  };
+  KVLANE_CONFIG_TRY(read_ms("interactive_ttft_ms", out.interactive.ttft_ms));
+  KVLANE_CONFIG_TRY(read_ms("interactive_tpot_ms", out.interactive.tpot_ms));
+  KVLANE_CONFIG_TRY(read_ms("batch_ttft_ms", out.batch.ttft_ms));
+  KVLANE_CONFIG_TRY(read_ms("batch_tpot_ms", out.batch.tpot_ms));
+  return {};
+}
+
 status parse_scheduler(const reporter& r, const section& root, actors::scheduler_policy& out) {
   auto table = find_table(r, root, "scheduler");
   if (!table)
@@ -211,7 +234,7 @@ status parse_scheduler(const reporter& r, const section& root, actors::scheduler
   KVLANE_CONFIG_TRY(check_keys(r, s,
                                {"mode", "quantum_steps", "quantum_tokens", "levels", "spare_slots",
                                 "max_step_tokens", "batch_prefill_yields", "aging_steps",
-                                "ewma_alpha", "faults"}));
+                                "ewma_alpha", "faults", "slo"}));
   const auto modes = scheduler_modes();
   KVLANE_CONFIG_TRY(read_choice(r, s, "mode", out.mode, std::span<const choice<scheduler_mode>>(modes)));
   // quantum_tokens is the former name of quantum_steps (it always counted steps), still accepted.
@@ -236,6 +259,7 @@ status parse_scheduler(const reporter& r, const section& root, actors::scheduler
   KVLANE_CONFIG_TRY(read_bool(r, s, "batch_prefill_yields", out.batch_prefill_yields));
   KVLANE_CONFIG_TRY(read_int(r, s, "aging_steps", out.aging_steps, 0, 1'000'000'000));
   KVLANE_CONFIG_TRY(read_real(r, s, "ewma_alpha", out.ewma_alpha, {0.0, true, 1.0, false}));
+  KVLANE_CONFIG_TRY(parse_scheduler_slo(r, s, out.slo));
   return parse_scheduler_faults(r, s, out.faults);
 }
 

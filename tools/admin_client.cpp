@@ -193,6 +193,13 @@ void print_status(const json& r) {
   fmt::print("kvlaned {}  up {}  mode {}  {}  clients {}\n", r["version"].get<std::string>(),
              human_duration(r["uptime_s"].get<double>()), r["mode"].get<std::string>(),
              r["admitting"].get<bool>() ? "admitting" : "DRAINING", r["clients"].get<std::uint64_t>());
+  if (r.contains("slo")) {
+    const auto& slo = r["slo"];
+    const auto ms = [](const json& b, const char* key) { return b.value(key, 0.0); };
+    fmt::print("slo interactive TTFT {:g} ms, TPOT {:g} ms; batch TTFT {:g} ms, TPOT {:g} ms\n",
+               ms(slo["interactive"], "ttft_ms"), ms(slo["interactive"], "tpot_ms"),
+               ms(slo["batch"], "ttft_ms"), ms(slo["batch"], "tpot_ms"));
+  }
   for (auto& m : r["models"]) {
     if (m.value("state", std::string{"serving"}) == "failed") {
       fmt::print("model {:<20} FAILED: {}\n", m["name"].get<std::string>(),

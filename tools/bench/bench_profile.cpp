@@ -147,6 +147,12 @@ expected<bench_setup, bench_failure> load_setup(const bench_options& o) {
                                               "fcfs,prio-fcfs,recompute,sync,overlap",
                                               model.name, model.backend.kind));
   s.time_scale = s.sim ? model.backend.sim.time_scale : 1.0;
+  // The engine serves for the objectives goodput is counted against: the bench's (simulated
+  // ms) in the engine's clock (wall ms), whatever [scheduler.slo] the profile has.
+  const auto wall = [&](const slo_bound& b) {
+    return actors::slo_bound{b.ttft_ms / s.time_scale, b.tpot_ms / s.time_scale};
+  };
+  s.cfg.scheduler.slo = {wall(o.slo.interactive), wall(o.slo.batch)};
   auto b = backends::make_backend(model.name, model.backend);
   if (!b)
     return fail(exit_code::config, fmt::format("model '{}': backend failed to load: {}",

@@ -20,6 +20,7 @@
 //
 // Pure: values in, values out. Times are simulated milliseconds.
 
+#include "actors/slo.hpp"
 #include "tools/bench/bench_runner.hpp"
 
 #include <span>
@@ -27,13 +28,8 @@
 
 namespace kvlane::tools::bench {
 
-/// One class's bounds.
-struct slo_bound {
-  double ttft_ms = 0;
-  double tpot_ms = 0;
-
-  friend bool operator==(const slo_bound&, const slo_bound&) = default;
-};
+/// One class's bounds: the engine's own ([scheduler.slo]), in simulated ms here.
+using slo_bound = actors::slo_bound;
 
 struct slo_set {
   slo_bound interactive{2000, 200};

@@ -1,6 +1,7 @@
 // The preemption rule on plain figures: an eviction goes ahead only when it costs less than
 // the wait it avoids, never for a victim that ends before the eviction is done, and by the
-// rank order alone while nothing is known.
+// rank order alone while nothing is known; where the objectives are known, only when it saves
+// the waiter's and does not break the victim's (unless the waiter's class is higher).
 #include "actors/preemption_rule.hpp"
 
 #include <doctest/doctest.h>
@@ -38,4 +39,49 @@ TEST_CASE("preemption_rule: an unknown or zero eviction cost leaves the choice t
   CHECK(preemption_pays({0, 1, 1, 1}));
   CHECK(preemption_pays({std::nan(""), 1, 1, 1}));
   CHECK(preemption_pays({}));
+}
+
+namespace {
+
+// A 40 ms eviction for a waiter that would otherwise wait 1 s for a slot.
+preemption_case goodput_case(double waiter_slack, double victim_slack) {
+  preemption_case c{40, 5000, 9000, 1000};
+  c.waiter_slack_ms = waiter_slack;
+  c.waiter_service_ms = 3000;
+  c.victim_slack_ms = victim_slack;
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("preemption_rule: an eviction goes ahead only when it saves the waiter's objective: "
+          "it misses it waiting and meets it with the eviction") {
+  CHECK(preemption_pays(goodput_case(500, 1e9)));   // waiting 1 s misses, 40 ms meets
+  CHECK_FALSE(preemption_pays(goodput_case(1000, 1e9))); // meets it anyway by waiting
+  CHECK_FALSE(preemption_pays(goodput_case(30, 1e9)));   // misses it either way: demoted
+  CHECK_FALSE(preemption_pays(goodput_case(-5, 1e9)));   // already past it
+  CHECK(preemption_pays(goodput_case(preemption_case::unknown, 1e9))); // not known: rank order
+}
+
+TEST_CASE("preemption_rule: an eviction that breaks the victim's objective goes ahead only for "
+          "a waiter of a higher class") {
+  // The victim stalls for the eviction and until a slot frees (1 s here): 1,040 ms.
+  CHECK(preemption_pays(goodput_case(500, 1040)));
+  CHECK_FALSE(preemption_pays(goodput_case(500, 1039)));
+  auto higher = goodput_case(500, 1039);
+  higher.waiter_outranks = true;
+  CHECK(preemption_pays(higher));
+  // A victim that misses its objective anyway loses nothing that counts.
+  CHECK(preemption_pays(goodput_case(500, -1)));
+  // The waiter's short run brings the victim back sooner than the soonest other end.
+  auto short_waiter = goodput_case(500, 500);
+  short_waiter.waiter_service_ms = 400;
+  CHECK(preemption_pays(short_waiter));
+}
+
+TEST_CASE("preemption_rule: restoring the spare for no waiter is vetoed only by the victim's "
+          "end, whatever its slack") {
+  preemption_case c{40, 500, 900, preemption_case::unknown};
+  c.victim_slack_ms = 10;
+  CHECK(preemption_pays(c));
 }

@@ -321,3 +321,66 @@ TEST_CASE("slot_planner: unknown costs leave every eviction to the rank order") 
   r.ranked = {queued(7), costed(1, 0, 0, 1), costed(2, 1, 0, 1)};
   CHECK(r.plan() == decisions{"evict 2 by swap"});
 }
+
+namespace {
+
+slot_candidate waiting(seq_id id, actors::priority_class cls, double slack_ms, double service_ms) {
+  auto c = queued(id);
+  c.cls = cls;
+  c.slack_ms = slack_ms;
+  c.service_ms = service_ms;
+  return c;
+}
+
+slot_candidate with_slack(slot_candidate c, actors::priority_class cls, double slack_ms) {
+  c.cls = cls;
+  c.slack_ms = slack_ms;
+  return c;
+}
+
+constexpr auto interactive = actors::priority_class::interactive;
+constexpr auto batch = actors::priority_class::batch;
+
+} // namespace
+
+TEST_CASE("slot_planner: a target sequence that meets its objective by waiting for a slot does "
+          "not evict; one that would miss it does") {
+  planning_round r;
+  r.slots = 2; // target 1 + 1 spare
+  // Resident 1 ends in 600 ms; evicting 2 costs 40 ms.
+  r.ranked = {waiting(7, batch, 5000, 2000), with_slack(costed(1, 0, 40, 600), batch, 1e9),
+              with_slack(costed(2, 1, 40, 5000), batch, 1e9)};
+  CHECK(r.plan().empty()); // 600 ms of waiting is within its 5 s of slack
+  r.ranked[0].slack_ms = 300;
+  CHECK(r.plan() == decisions{"evict 2 by swap"});
+  // Too late even with the eviction: demoted, it takes the next slot that frees.
+  r.ranked[0].slack_ms = 20;
+  CHECK(r.plan().empty());
+}
+
+TEST_CASE("slot_planner: a victim whose objective the eviction would break is passed over for "
+          "one whose would hold, unless the waiter is interactive and the victim batch") {
+  planning_round r;
+  r.slots = 3; // target 2 + 1 spare
+  // 7 would wait 600 ms (1's end) and has 300 ms; the victim stalls 40 ms + min(7's 2 s run,
+  // 600 ms) = 640 ms. 3 (lowest) has 500 ms of slack, 2 has plenty.
+  r.ranked = {waiting(7, batch, 300, 2000), with_slack(costed(1, 0, 40, 600), batch, 1e9),
+              with_slack(costed(2, 1, 40, 5000), batch, 1e9),
+              with_slack(costed(3, 2, 40, 5000), batch, 500)};
+  CHECK(r.plan() == decisions{"evict 2 by swap"});
+  r.ranked[0].cls = interactive;
+  CHECK(r.plan() == decisions{"evict 3 by swap"});
+}
+
+TEST_CASE("slot_planner: the second target sequence without a slot waits for the second "
+          "soonest end") {
+  planning_round r;
+  r.slots = 3; // target 2 + 1 spare, both target sequences new
+  // Ends at 100 ms (1), 800 ms (2) and 5 s (3); each waiter has 500 ms of slack. The first
+  // waits 100 ms and meets it; the second would wait 800 ms, so it evicts the lowest resident.
+  r.ranked = {waiting(7, batch, 500, 2000), waiting(8, batch, 500, 2000),
+              with_slack(costed(1, 0, 40, 100), batch, 1e9),
+              with_slack(costed(2, 1, 40, 800), batch, 1e9),
+              with_slack(costed(3, 2, 40, 5000), batch, 1e9)};
+  CHECK(r.plan() == decisions{"evict 3 by swap"});
+}

@@ -109,6 +109,7 @@ void check_same(const config& a, const config& b) {
   CHECK(a.scheduler.aging_steps == b.scheduler.aging_steps);
   CHECK(a.scheduler.ewma_alpha == b.scheduler.ewma_alpha);
   CHECK(a.scheduler.faults == b.scheduler.faults);
+  CHECK(a.scheduler.slo == b.scheduler.slo);
   CHECK(a.reuse == b.reuse);
   CHECK(a.store == b.store);
   CHECK(a.clients.socket_mode == b.clients.socket_mode);
@@ -194,6 +195,9 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.scheduler.faults.backoff_initial_ms == 50);
   CHECK(sut.scheduler.faults.backoff_max_ms == 5000);
   CHECK(sut.scheduler.faults.give_up_steps == 12);
+  CHECK(sut.scheduler.slo == kvlane::actors::slo_targets{});
+  CHECK(sut.scheduler.slo.interactive.ttft_ms == 2000);
+  CHECK(sut.scheduler.slo.batch.tpot_ms == 1000);
   CHECK(sut.reuse.mode == kvlane::actors::reuse_mode::store);
   CHECK(sut.reuse.scope == kvlane::actors::reuse_scope::user);
   CHECK(sut.reuse.store_share == 0.5);
@@ -335,6 +339,11 @@ row_recomputes = 0
 backoff_initial_ms = 10
 backoff_max_ms = 100
 give_up_steps = 0
+[scheduler.slo]
+interactive_ttft_ms = 1500
+interactive_tpot_ms = 100
+batch_ttft_ms = 30000
+batch_tpot_ms = 500
 [store]
 max_bytes = 4294967296
 warm_pool_bytes = "1GiB"
@@ -413,6 +422,10 @@ listen = "[::1]:9464"
   CHECK(sut.scheduler.faults.backoff_initial_ms == 10);
   CHECK(sut.scheduler.faults.backoff_max_ms == 100);
   CHECK(sut.scheduler.faults.give_up_steps == 0);
+  CHECK(sut.scheduler.slo.interactive.ttft_ms == 1500);
+  CHECK(sut.scheduler.slo.interactive.tpot_ms == 100);
+  CHECK(sut.scheduler.slo.batch.ttft_ms == 30000);
+  CHECK(sut.scheduler.slo.batch.tpot_ms == 500);
   CHECK(sut.store.max_bytes == 4ull << 30);
   CHECK(sut.store.warm_pool_bytes == 1ull << 30);
   CHECK(sut.store.eviction == kvlane::ipc::eviction_value::recency);
@@ -598,6 +611,8 @@ TEST_CASE("config: out-of-range values are errors naming key, line and the allow
     {"[model.sim.faults.load]\nfail_nth = -1\n", "model[0].sim.faults.load.fail_nth", "between 0 and"},
     {"[scheduler]\nmode = \"fifo\"\n", "scheduler.mode", "one of \"fcfs\", \"prio-fcfs\", \"recompute\", \"sync\", \"overlap\", \"free-transfer\", \"ideal\" (got \"fifo\")"},
     {"[scheduler]\nquantum_tokens = 0\n", "scheduler.quantum_tokens", "between 1 and 1000000"},
+    {"[scheduler.slo]\ninteractive_ttft_ms = 0\n", "scheduler.slo.interactive_ttft_ms", "between 1 and 86400000 (got 0)"},
+    {"[scheduler.slo]\nbatch_tpot_ms = 86400001\n", "scheduler.slo.batch_tpot_ms", "between 1 and 86400000"},
     {"[scheduler]\nspare_slots = 65\n", "scheduler.spare_slots", "between 0 and 64"},
     {"[scheduler]\nlevels = 0\n", "scheduler.levels", "between 1 and 16"},
     {"[scheduler]\nlevels = 16\nquantum_tokens = 1000000\n", "scheduler.levels",
