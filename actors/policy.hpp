@@ -98,6 +98,9 @@ struct scheduler_policy {
   /// The latency objectives per class ([scheduler.slo]): a preemption must save one
   /// (actors/preemption_rule).
   slo_targets slo;
+  /// Not a config key: false leaves preemption to cost alone, as if no objective were known
+  /// (tests that need every eviction that pays its cost, whatever the timing).
+  bool slo_gates_preemption = true;
 
   friend bool operator==(const scheduler_policy&, const scheduler_policy&) = default;
 };

@@ -5,7 +5,7 @@
 namespace kvlane::actors {
 
 preemption_figures::preemption_figures(const cost_model& costs, const output_lengths& outputs,
-                                       const slo_targets& slo, std::size_t slot_holders,
+                                       const slo_targets* slo, std::size_t slot_holders,
                                        std::uint32_t prefill_chunk, bool dump_exposed)
   : costs_(costs), outputs_(outputs), slo_(slo), chunk_(std::max<std::uint32_t>(1, prefill_chunk)),
     dump_exposed_(dump_exposed) {
@@ -45,7 +45,9 @@ void preemption_figures::fill_waiting(const resident_progress& s, bool parked,
 }
 
 double preemption_figures::slack(const resident_progress& s, double ahead_ms, double left) const {
-  const auto& objective = slo_.of(s.cls);
+  if (slo_ == nullptr)
+    return preemption_case::unknown;
+  const auto& objective = slo_->of(s.cls);
   if (s.generated == 0)
     return objective.ttft_ms - s.elapsed_ms - ahead_ms;
   // The mean gap over its whole output: the gaps so far and the ones to come.

@@ -44,10 +44,11 @@ struct resident_progress {
 
 class preemption_figures {
 public:
-  /// `slot_holders`: the sequences one step would carry; `prefill_chunk`: the
-  /// backend's largest prefill row; `dump_exposed`: a dump stalls compute.
+  /// `slo`: the objectives (null: none, slack stays unknown); `slot_holders`:
+  /// the sequences one step would carry; `prefill_chunk`: the backend's
+  /// largest prefill row; `dump_exposed`: a dump stalls compute.
   preemption_figures(const cost_model& costs, const output_lengths& outputs,
-                     const slo_targets& slo, std::size_t slot_holders,
+                     const slo_targets* slo, std::size_t slot_holders,
                      std::uint32_t prefill_chunk, bool dump_exposed);
 
   /// A resident: fills `c`'s eviction_ms (the way c.recompute_cheaper says it
@@ -67,7 +68,7 @@ private:
 
   const cost_model& costs_;
   const output_lengths& outputs_;
-  const slo_targets& slo_;
+  const slo_targets* slo_; ///< null: no objectives, every slack unknown
   std::optional<double> step_ms_;
   std::uint32_t chunk_;
   bool dump_exposed_;

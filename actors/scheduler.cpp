@@ -61,6 +61,7 @@ struct scheduler_state {
   bool batch_prefill_yields = false;
   std::uint32_t spare = 1;
   slo_targets slo; ///< [scheduler.slo]: what a preemption must save
+  bool slo_gates = true;
 
   std::uint64_t step_number = 0;
   bool step_in_flight = false;
@@ -449,7 +450,8 @@ private:
         order.push_back(s);
     std::vector<slot_candidate> candidates;
     candidates.reserve(order.size());
-    const preemption_figures figures{st_.costs, st_.outputs, st_.slo, slot_holders().size(),
+    const preemption_figures figures{st_.costs, st_.outputs, st_.slo_gates ? &st_.slo : nullptr,
+                                     slot_holders().size(),
                                      st_.info.max_prefill_chunk, st_.serialized};
     const auto now = clock::now();
     for (auto* s : order) {
@@ -579,6 +581,7 @@ void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
   st.batch_prefill_yields = p.batch_prefill_yields;
   st.spare = p.spare_slots;
   st.slo = p.slo;
+  st.slo_gates = p.slo_gates_preemption;
   st.costs.set_alpha(p.ewma_alpha);
   st.costs.fix(p.fixed_costs);
   st.faults.set_knobs(p.faults);

@@ -26,7 +26,7 @@ TEST_CASE("preemption_figures: a decoding resident ends after the output its pee
   output_lengths outputs;
   outputs.observe(20);
   outputs.observe(40);
-  const preemption_figures f{costs, outputs, slo, 4, 128, false};
+  const preemption_figures f{costs, outputs, &slo, 4, 128, false};
   slot_candidate c{1, kv_state::resident, slot_id{0}, false, false};
   f.fill({100, 100, 10, 50, mib}, c);
   const double step = 50.0 + 0.5 * 4;
@@ -40,10 +40,10 @@ TEST_CASE("preemption_figures: a swap that stalls compute costs its dump too, a 
   const auto costs = fixed();
   output_lengths outputs;
   slot_candidate swap{1, kv_state::resident, slot_id{0}, false, false};
-  preemption_figures{costs, outputs, slo, 4, 128, true}.fill({100, 100, 10, 50, 2 * mib}, swap);
+  preemption_figures{costs, outputs, &slo, 4, 128, true}.fill({100, 100, 10, 50, 2 * mib}, swap);
   CHECK(swap.eviction_ms == doctest::Approx(2 * (16.0 + 30.0)));
   slot_candidate recompute{1, kv_state::resident, slot_id{0}, false, true};
-  preemption_figures{costs, outputs, slo, 4, 128, true}.fill({100, 100, 10, 50, 2 * mib}, recompute);
+  preemption_figures{costs, outputs, &slo, 4, 128, true}.fill({100, 100, 10, 50, 2 * mib}, recompute);
   CHECK(recompute.eviction_ms == doctest::Approx(0.5 * 100));
 }
 
@@ -51,7 +51,7 @@ TEST_CASE("preemption_figures: a resident still prefilling has its chunks left a
           "output") {
   const auto costs = fixed();
   output_lengths outputs; // nothing finished: one more token expected after the prompt
-  const preemption_figures f{costs, outputs, slo, 1, 128, false};
+  const preemption_figures f{costs, outputs, &slo, 1, 128, false};
   slot_candidate c{1, kv_state::resident, slot_id{0}, false, false};
   f.fill({0, 300, 0, 50, mib}, c);
   const double step = 50.0 + 0.5;
@@ -65,7 +65,7 @@ TEST_CASE("preemption_figures: before the cost model has measured anything the f
   output_lengths outputs;
   outputs.observe(5);
   slot_candidate c{1, kv_state::resident, slot_id{0}, false, false};
-  preemption_figures{costs, outputs, slo, 4, 128, false}.fill({100, 100, 1, 50, mib}, c);
+  preemption_figures{costs, outputs, &slo, 4, 128, false}.fill({100, 100, 1, 50, mib}, c);
   CHECK(c.eviction_ms == 0.0);
   CHECK(c.expected_end_ms == preemption_case::unknown);
   CHECK(c.end_at_most_ms == preemption_case::unknown);
@@ -77,7 +77,7 @@ TEST_CASE("preemption_figures: a resident's slack before its first token is its 
   output_lengths outputs;
   outputs.observe(20);
   outputs.observe(40);
-  const preemption_figures f{costs, outputs, slo, 4, 128, false};
+  const preemption_figures f{costs, outputs, &slo, 4, 128, false};
   const double step = 50.0 + 0.5 * 4;
   slot_candidate prefilling{1, kv_state::resident, slot_id{0}, false, false};
   resident_progress p{0, 300, 0, 50, mib, priority_class::interactive, 500};
@@ -94,7 +94,7 @@ TEST_CASE("preemption_figures: a waiting sequence runs its prefill (or load when
   const auto costs = fixed();
   output_lengths outputs;
   outputs.observe(10);
-  const preemption_figures f{costs, outputs, slo, 2, 128, false};
+  const preemption_figures f{costs, outputs, &slo, 2, 128, false};
   const double step = 50.0 + 0.5 * 2;
   slot_candidate queued{1, kv_state::queued, std::nullopt, false, false};
   f.fill_waiting({0, 400, 0, 50, 0, priority_class::interactive, 300}, false, queued);
@@ -111,8 +111,22 @@ TEST_CASE("preemption_figures: no slack or run is known before the cost model ha
   const cost_model costs;
   output_lengths outputs;
   slot_candidate c{1, kv_state::queued, std::nullopt, false, false};
-  preemption_figures{costs, outputs, slo, 4, 128, false}.fill_waiting(
+  preemption_figures{costs, outputs, &slo, 4, 128, false}.fill_waiting(
     {0, 100, 0, 50, 0, priority_class::interactive, 0}, false, c);
   CHECK(c.slack_ms == preemption_case::unknown);
   CHECK(c.service_ms == preemption_case::unknown);
+}
+
+TEST_CASE("preemption_figures: without objectives every slack stays unknown") {
+  const auto costs = fixed();
+  output_lengths outputs;
+  const preemption_figures f{costs, outputs, nullptr, 4, 128, false};
+  slot_candidate resident{1, kv_state::resident, slot_id{0}, false, false};
+  f.fill({100, 100, 10, 50, mib, priority_class::batch, 4000}, resident);
+  CHECK(resident.slack_ms == preemption_case::unknown);
+  CHECK(resident.expected_end_ms != preemption_case::unknown);
+  slot_candidate queued{2, kv_state::queued, std::nullopt, false, false};
+  f.fill_waiting({0, 400, 0, 50, 0, priority_class::interactive, 300}, false, queued);
+  CHECK(queued.slack_ms == preemption_case::unknown);
+  CHECK(queued.service_ms != preemption_case::unknown);
 }
