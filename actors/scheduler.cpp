@@ -450,7 +450,9 @@ private:
         order.push_back(s);
     std::vector<slot_candidate> candidates;
     candidates.reserve(order.size());
-    const preemption_figures figures{st_.costs, st_.outputs, st_.slo_gates ? &st_.slo : nullptr,
+    // Objectives gate the MLFQ modes' preemption; recompute stays the vLLM peer it models.
+    const bool gated = st_.slo_gates && st_.rules.order == rank_order::mlfq;
+    const preemption_figures figures{st_.costs, st_.outputs, gated ? &st_.slo : nullptr,
                                      slot_holders().size(),
                                      st_.info.max_prefill_chunk, st_.serialized};
     const auto now = clock::now();
