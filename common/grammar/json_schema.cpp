@@ -19,11 +19,13 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
+// A number's exponent has at most 2 digits, so every number fits a double (a 3-digit exponent
+// reached 1e999, which clients read as Infinity or refuse).
 constexpr const char* base_rules = R"(json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
 json-string ::= "\"" json-char* "\""
 json-int ::= "-"? ("0" | [1-9] [0-9]{0,18})
 json-number ::= "-"? json-unsigned
-json-unsigned ::= ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})?
+json-unsigned ::= ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?
 json-bool ::= "true" | "false"
 json-null ::= "null"
 date ::= [0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01])
@@ -38,6 +40,16 @@ const std::set<std::string, std::less<>> supported = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "items", "minItems",
     "maxItems", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "pattern", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "format"};
+
+/// Whether `propertyNames` holds for every key: true, {} or {"type":"string"} (annotations
+/// aside), as zod writes it for z.record(z.string(), ...). Any other stays unsupported.
+bool admits_every_key(const json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (!v.is_object()) return false;
+  for (auto it = v.begin(); it != v.end(); ++it)
+    if (!annotations.count(it.key()) && !(it.key() == "type" && it.value() == "string")) return false;
+  return true;
+}
 
 /// Nesting depth of a JSON value, without recursion (dump() recurses: a hostile `const` must be
 /// refused before it is written).
@@ -177,12 +189,13 @@ private:
     if (!s.is_object()) return fail(ptr, "a schema must be an object or a boolean");
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (annotations.count(it.key()) || supported.count(it.key())) continue;
+      if (it.key() == "propertyNames" && admits_every_key(it.value())) continue; // no constraint
       return fail(ptr + "/" + escape_pointer_token(it.key()), "unsupported JSON Schema keyword '" + it.key() + "'");
     }
     auto constraint_keys = [&](std::initializer_list<const char*> except) {
       std::vector<std::string> out;
       for (auto it = s.begin(); it != s.end(); ++it) {
-        if (annotations.count(it.key())) continue;
+        if (annotations.count(it.key()) || (it.key() == "propertyNames" && admits_every_key(it.value()))) continue;
         bool skip = false;
         for (const char* e : except) skip = skip || it.key() == e;
         if (!skip) out.push_back(it.key());
@@ -226,9 +239,9 @@ private:
         for (const auto& a : alts) kinds.push_back(kinds_of(a, 0));
         for (std::size_t i = 0; i < kinds.size(); ++i)
           for (std::size_t j = i + 1; j < kinds.size(); ++j)
-            if (kinds[i].overlaps(kinds[j]))
+            if (kinds[i].overlaps(kinds[j]) && !discriminated(alts[i], alts[j]))
               return fail(p, "'oneOf' branches " + std::to_string(i) + " and " + std::to_string(j) +
-                                 " may both match a value (oneOf is supported when its branches differ by type or by constant value; use anyOf)");
+                                 " may both match a value (oneOf is supported when its branches differ by type, by constant value or by a required property's constant value; use anyOf)");
       }
       std::string body;
       for (std::size_t k = 0; k < alts.size(); ++k) {
@@ -343,6 +356,41 @@ private:
       else k.types = value_kinds::all;
     }
     return k;
+  }
+
+  /// `s` through its local `$ref`, if it is one; null if that does not resolve.
+  const json* resolved(const json& s) const {
+    if (!s.is_object() || !s.contains("$ref") || !s["$ref"].is_string()) return &s;
+    const std::string target = s["$ref"].get<std::string>();
+    try {
+      if (!target.empty() && target[0] == '#') return &root_.at(json::json_pointer(target.substr(1)));
+    } catch (const std::exception&) {
+    }
+    return nullptr;
+  }
+
+  /// Whether two object schemas admit no common value by a discriminator: a property both
+  /// require whose two schemas admit no common value (`{"kind":{"const":"a"}}` against
+  /// `{"kind":{"const":"b"}}`, as zod and pydantic write tagged unions).
+  bool discriminated(const json& a, const json& b) const {
+    const json* x = resolved(a);
+    const json* y = resolved(b);
+    auto object_only = [](const json* s) {
+      return s && s->is_object() && s->contains("type") && (*s)["type"] == "object" && s->contains("required")
+             && (*s)["required"].is_array() && s->contains("properties") && (*s)["properties"].is_object();
+    };
+    if (!object_only(x) || !object_only(y)) return false;
+    const json& xp = (*x)["properties"];
+    const json& yp = (*y)["properties"];
+    for (const auto& name : (*x)["required"]) {
+      if (!name.is_string()) continue;
+      const auto& yr = (*y)["required"];
+      if (std::find(yr.begin(), yr.end(), name) == yr.end()) continue;
+      const std::string key = name.get<std::string>();
+      if (xp.contains(key) && yp.contains(key) && !kinds_of(xp[key], 1).overlaps(kinds_of(yp[key], 1)))
+        return true;
+    }
+    return false;
   }
 
   expected<std::string, error> ref(const json& r, const std::string& ptr, std::uint32_t depth) {

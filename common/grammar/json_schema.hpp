@@ -12,7 +12,8 @@
 // lists properties and true for one that does not; an additional key is never one of the listed
 // names, and while it still follows one of them its characters are taken raw or as short
 // escapes, \uXXXX only off the names), enum, const, items, minItems, maxItems, anyOf, oneOf
-// (when no value can match two branches: they differ by type or by constant value; overlapping
+// (when no value can match two branches: they differ by type, by constant value, or are objects
+// that both require a property whose schemas share no value, a tagged union; overlapping
 // branches are an error naming oneOf, never read as anyOf), $ref to #/$defs/...,
 // #/definitions/... or any local JSON pointer (recursion allowed), minLength and maxLength (in
 // characters, an escape counting as one), pattern (regex.hpp's subset), minimum, maximum,
@@ -20,13 +21,15 @@
 // inward; on numbers whole-number bounds enforced exactly, fraction digits included, and a
 // bounded number is written without an exponent; a fractional bound on a number is an error),
 // format date-time, date, time and uuid. Annotations ($schema, $id, $comment, title,
-// description, examples, default, deprecated, readOnly, writeOnly) are ignored;
+// description, examples, default, deprecated, readOnly, writeOnly) are ignored, and so is a
+// propertyNames every key meets (true, {} or {"type":"string"});
 // $defs/definitions hold subschemas. Any other keyword is an error naming it and its JSON
 // pointer, never ignored; so is pattern together with minLength, maxLength or format, and
 // format together with minLength or maxLength.
 //
 // Bounds, so the language is finite where the schema is: integers have at most 19 digits,
-// numbers at most 16 integer digits, 15 fraction digits and a 3-digit exponent; "any value"
+// numbers at most 16 integer digits, 15 fraction digits and a 2-digit exponent (so every number
+// fits a double: 1e999 would read as Infinity); "any value"
 // (schema true, {} or an object without properties) nests at most `max_any_depth` levels.
 //
 // Checked against xgrammar's own JSON Schema compiler by tests/grammar_xcheck (docs/grammar.md

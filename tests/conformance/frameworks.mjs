@@ -194,6 +194,24 @@ check("ai sdk: generateObject sends a strict json_schema; streamObject assembles
   assert.ok(partials.length > 1, `${partials.length} partial objects`);
 });
 
+check("ai sdk and langchain: a zod tagged union (oneOf) and unbounded numbers are enforced", async () => {
+  const Reading = z.object({
+    at: z.discriminatedUnion("kind", [
+      z.object({ kind: z.literal("station"), id: z.number().int().min(0).max(99) }),
+      z.object({ kind: z.literal("point"), lat: z.number(), lon: z.number() }),
+    ]),
+  });
+  const { object } = await generateObject({ ...common, schema: Reading, prompt: "Where?" });
+  const parsed = await lcOpenAI.withStructuredOutput(Reading, { name: "reading" }).invoke("Where?");
+  assert.equal(sent.length, 2);
+  for (const [body, value] of [[sent[0].body, object], [sent[1].body, parsed]]) {
+    const schema = body.response_format.json_schema.schema;
+    assert.equal(schema.properties.at.oneOf.length, 2);
+    assertValid(schema, value);
+    for (const n of Object.values(value.at)) if (typeof n === "number") assert.ok(Number.isFinite(n), `${n}`);
+  }
+});
+
 const sdkTools = { get_weather: tool({ description: "The weather in a city", inputSchema: Weather }) };
 
 check("ai sdk: generateText with a named toolChoice returns the SDK's tool-call", async () => {

@@ -41,6 +41,9 @@ TEST_CASE("grammar json_schema: type, including an array of types, and compact o
   check_all(schema(R"({"type":"integer"})"), {"0", "-7", "1234567890123456789"},
             {"01", "-0x", "1.5", "12345678901234567890", " 1"});
   check_all(schema(R"({"type":"number"})"), {"0", "-1.25", "3e10", "6.02E+23"}, {"1.", ".5", "+1", "1e"});
+  // Every number fits a double: an exponent has at most 2 digits (1e999 reads as Infinity).
+  check_all(schema(R"({"type":"number"})"), {"1e99", "-9.5E-99", "9999999999999999.5e+99"},
+            {"1e100", "8e834", "1e-308", "3e087"});
   check_all(schema(R"({"type":["boolean","null"]})"), {"true", "false", "null"}, {"0", "\"true\""});
 }
 
@@ -90,9 +93,31 @@ TEST_CASE("grammar json_schema: anyOf and oneOf are alternatives") {
   // oneOf is exact only when no value can match two branches; otherwise it is refused, not
   // silently read as anyOf.
   CHECK(error_of(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})") ==
-        "/oneOf: 'oneOf' branches 0 and 1 may both match a value (oneOf is supported when its branches differ by type or by constant value; use anyOf)");
+        "/oneOf: 'oneOf' branches 0 and 1 may both match a value (oneOf is supported when its branches differ by type, by constant value or by a required property's constant value; use anyOf)");
   CHECK(error_of(R"({"oneOf":[{"enum":["a","b"]},{"type":"string"}]})").find("'oneOf' branches 0 and 1") != std::string::npos);
   CHECK(error_of(R"({"oneOf":[{"const":1},{"const":1.0}]})").find("'oneOf' branches 0 and 1") != std::string::npos);
+}
+
+TEST_CASE("grammar json_schema: oneOf of objects told apart by a required property's constant (a tagged union)") {
+  // As zod writes z.discriminatedUnion("kind", ...); one branch through a $ref.
+  auto sut = schema(R"({"oneOf":[
+    {"type":"object","properties":{"kind":{"type":"string","const":"a"},"x":{"type":"boolean"}},"required":["kind","x"],"additionalProperties":false},
+    {"$ref":"#/$defs/b"}],
+    "$defs":{"b":{"type":"object","properties":{"kind":{"enum":["b","c"]},"y":{"type":"integer"}},"required":["y","kind"],"additionalProperties":false}}})");
+  check_all(sut, {R"({"kind":"a","x":true})", R"({"kind":"b","y":1})", R"({"kind":"c","y":2})"},
+            {R"({"kind":"a","y":1})", R"({"kind":"b","x":true})", R"({"x":true})"});
+  // A value could match both where the tags overlap, where one branch does not require the tag,
+  // or where a branch is not only objects (required and properties bind objects alone).
+  const char* overlapping[] = {
+      R"({"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},
+                   {"type":"object","properties":{"k":{"enum":["a","b"]}},"required":["k"]}]})",
+      R"({"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},
+                   {"type":"object","properties":{"k":{"const":"b"}}}]})",
+      R"({"oneOf":[{"properties":{"k":{"const":"a"}},"required":["k"]},
+                   {"type":"object","properties":{"k":{"const":"b"}},"required":["k"]}]})",
+  };
+  for (const char* text : overlapping)
+    CHECK_MESSAGE(error_of(text).find("'oneOf' branches 0 and 1 may both match") != std::string::npos, text);
 }
 
 TEST_CASE("grammar json_schema: local $ref to $defs and definitions, recursion included") {
@@ -167,6 +192,14 @@ TEST_CASE("grammar json_schema: an unsupported keyword is an error naming it and
   CHECK(error_of(R"({"type":"object","properties":{"a":{"type":"string","patternProperties":{}}}})") ==
         "/properties/a/patternProperties: unsupported JSON Schema keyword 'patternProperties'");
   CHECK(error_of(R"({"allOf":[{"type":"string"}]})") == "/allOf: unsupported JSON Schema keyword 'allOf'");
+  // propertyNames that every key meets (zod's z.record(z.string(), ...)) is no constraint; any
+  // other is refused.
+  check_all(schema(R"({"type":"object","propertyNames":{"type":"string"},"additionalProperties":{"type":"boolean"}})"),
+            {R"({})", R"({"k":true,"l":false})"}, {R"({"k":1})"});
+  check_all(schema(R"({"type":"object","propertyNames":true})"), {R"({"k":1})"}, {"[]"});
+  CHECK(error_of(R"({"type":"object","propertyNames":{"type":"string","maxLength":3}})") ==
+        "/propertyNames: unsupported JSON Schema keyword 'propertyNames'");
+  CHECK(error_of(R"({"type":"object","propertyNames":false})") == "/propertyNames: unsupported JSON Schema keyword 'propertyNames'");
   CHECK(error_of(R"({"type":"array","items":{"uniqueItems":true}})") == "/items/uniqueItems: unsupported JSON Schema keyword 'uniqueItems'");
   CHECK(error_of(R"({"type":"array","items":[{"type":"string"}]})") == "/items: 'items' as an array (tuple validation) is not supported");
   CHECK(error_of(R"({"type":"strin"})") == "/type: unknown type 'strin'");
