@@ -113,7 +113,11 @@ check("langchain openai: .stream of a named tool assembles the call invoke retur
   sent = [];
   let acc;
   for await (const chunk of await llm.stream("Weather in Oslo?")) acc = acc === undefined ? chunk : acc.concat(chunk);
-  assert.equal(onlyRequest("/v1/chat/completions").stream, true);
+  const streamed = onlyRequest("/v1/chat/completions");
+  assert.equal(streamed.stream, true);
+  assert.deepEqual(streamed.stream_options, { include_usage: true });
+  assert.ok(whole.usage_metadata.output_tokens > 0);
+  assert.equal(acc.usage_metadata.output_tokens, whole.usage_metadata.output_tokens);
   assert.equal(acc.tool_calls.length, 1);
   assert.equal(acc.tool_calls[0].name, "get_weather");
   assert.deepEqual(acc.tool_calls[0].args, whole.tool_calls[0].args);
