@@ -3,6 +3,7 @@
 #include "common/grammar/utf8_ranges.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace kvlane::grammar {
 
@@ -31,6 +32,9 @@ private:
   std::string_view text_;
   std::size_t i_ = 0;
   grammar_builder b_;
+  /// The rule item ::= [class] per byte class repeated, shared by every repetition of that class
+  /// (so [a-z]{0,5} and [a-z]{2,9} have one item, and the mask cache one entry for both).
+  std::unordered_map<std::uint32_t, std::uint32_t> item_of_class_;
 
   bool at_end() const { return i_ >= text_.size(); }
   char peek(std::size_t k = 0) const { return i_ + k < text_.size() ? text_[i_ + k] : '\0'; }
@@ -342,32 +346,39 @@ private:
       item = {element::kind::ref, *wrap};
     }
     seq.resize(item_start);
+    if (hi >= 2) {
+      // Counted: one element whose frame holds the count, so x{0,100} is one grammar position
+      // (the matcher's states inside it differ only by the count, which the mask cache ignores
+      // but for the tokens' lengths), and x*, x+ the same element without an upper bound.
+      std::uint32_t rule = item.arg;
+      if (item.k == element::kind::bytes) {
+        if (auto it = item_of_class_.find(item.arg); it != item_of_class_.end()) {
+          rule = it->second;
+        } else {
+          auto wrap = b_.fresh("item");
+          if (!wrap) return unexpected(wrap.error());
+          if (auto r = b_.add_alternative(*wrap, {&item, 1}); !r) return r;
+          rule = item_of_class_[item.arg] = *wrap;
+        }
+      } else if (item.k != element::kind::ref) { // a repetition repeated
+        auto wrap = b_.fresh("item");
+        if (!wrap) return unexpected(wrap.error());
+        if (auto r = b_.add_alternative(*wrap, {&item, 1}); !r) return r;
+        rule = *wrap;
+      }
+      seq.push_back(b_.add_repetition(rule, lo, hi == unbounded ? repetition::unbounded : hi));
+      return {};
+    }
     if (static_cast<std::uint64_t>(lo) + seq.size() > b_.lim().max_elements)
       return unexpected(error{"", "the grammar expands to more than " + std::to_string(b_.lim().max_elements) + " elements"});
     for (std::uint32_t k = 0; k < lo; ++k) seq.push_back(item);
-    if (hi == unbounded) {
-      auto star = b_.fresh("star");
-      if (!star) return unexpected(star.error());
-      element loop[2] = {item, {element::kind::ref, *star}};
-      if (auto r = b_.add_alternative(*star, loop); !r) return r;
-      if (auto r = b_.add_alternative(*star, {}); !r) return r;
-      seq.push_back({element::kind::ref, *star});
-      return {};
-    }
-    // x{0,k} as a chain of optional rules: opt_k ::= x opt_{k-1} | "".
-    std::uint32_t prev = 0;
-    bool have_prev = false;
-    for (std::uint32_t k = lo; k < hi; ++k) {
+    if (lo == 0 && hi == 1) { // x? as a rule: opt ::= x | ""
       auto opt = b_.fresh("opt");
       if (!opt) return unexpected(opt.error());
-      seq_t body{item};
-      if (have_prev) body.push_back({element::kind::ref, prev});
-      if (auto r = b_.add_alternative(*opt, body); !r) return r;
+      if (auto r = b_.add_alternative(*opt, {&item, 1}); !r) return r;
       if (auto r = b_.add_alternative(*opt, {}); !r) return r;
-      prev = *opt;
-      have_prev = true;
+      seq.push_back({element::kind::ref, *opt});
     }
-    if (have_prev) seq.push_back({element::kind::ref, prev});
     return {};
   }
 };

@@ -42,7 +42,13 @@ std::string grammar::to_gbnf() const {
         if (!empty) out += ' ';
         empty = false;
         const element& e = elements_[p];
-        out += e.k == element::kind::ref ? rules_[e.arg].name : class_text(classes_[e.arg]);
+        if (e.k == element::kind::ref) out += rules_[e.arg].name;
+        else if (e.k == element::kind::bytes) out += class_text(classes_[e.arg]);
+        else {
+          const repetition& r = repetitions_[e.arg];
+          out += rules_[r.item].name + "{" + std::to_string(r.min) + "," +
+                 (r.max == repetition::unbounded ? std::string{} : std::to_string(r.max)) + "}";
+        }
       }
       if (empty) out += "\"\"";
     }
@@ -88,6 +94,11 @@ std::uint32_t grammar_builder::add_class(const byte_class& c) {
   return it->second;
 }
 
+element grammar_builder::add_repetition(std::uint32_t item, std::uint32_t min, std::uint32_t max) {
+  repetitions_.push_back({item, min, max});
+  return {element::kind::repeat, static_cast<std::uint32_t>(repetitions_.size() - 1)};
+}
+
 void grammar_builder::note_reference(std::uint32_t rule, std::string where) {
   if (first_ref_[rule].empty()) first_ref_[rule] = std::move(where);
 }
@@ -115,13 +126,18 @@ expected<std::shared_ptr<const grammar>, error> grammar_builder::finish(std::str
       waiting[r].resize(rules_[r].alts.size());
       for (std::uint32_t a = 0; a < rules_[r].alts.size(); ++a) {
         const auto& alt = rules_[r].alts[a];
-        if (std::any_of(alt.begin(), alt.end(), [](const element& e) { return e.k != element::kind::ref; })) {
+        if (std::any_of(alt.begin(), alt.end(), [](const element& e) { return e.k == element::kind::bytes; })) {
           waiting[r][a] = ~0u; // never nullable
           continue;
         }
-        waiting[r][a] = static_cast<std::uint32_t>(alt.size());
-        for (const element& e : alt) used_in[e.arg].push_back({r, a});
-        if (alt.empty() && !nullable[r]) { nullable[r] = true; ready.push_back(r); }
+        // A repetition with min 0 is nullable on its own; with min > 0 when its item is.
+        std::uint32_t deps = 0;
+        for (const element& e : alt) {
+          if (e.k == element::kind::ref) { used_in[e.arg].push_back({r, a}); ++deps; }
+          else if (repetitions_[e.arg].min > 0) { used_in[repetitions_[e.arg].item].push_back({r, a}); ++deps; }
+        }
+        waiting[r][a] = deps;
+        if (deps == 0 && !nullable[r]) { nullable[r] = true; ready.push_back(r); }
       }
     }
     while (!ready.empty()) {
@@ -135,15 +151,27 @@ expected<std::shared_ptr<const grammar>, error> grammar_builder::finish(std::str
       }
     }
   }
+  // An unbounded repetition of something that may match nothing would repeat it forever
+  // without consuming (the matcher's count stops growing at min, so the loop never ends).
+  for (const repetition& rep : repetitions_)
+    if (rep.max == repetition::unbounded && nullable[rep.item])
+      return unexpected(error{"", "an unbounded repetition of '" + rules_[rep.item].name +
+                                      "', which may match nothing, is not supported (rewrite (x?)* as x*)"});
   // Left edges: r -> s when s can be the first thing r expands to. A cycle would make the
   // matcher's expansion loop forever, so it is rejected with the cycle spelled out.
   std::vector<std::vector<std::uint32_t>> left(n);
   for (std::uint32_t r = 0; r < n; ++r)
     for (const auto& alt : rules_[r].alts)
       for (const element& e : alt) {
-        if (e.k != element::kind::ref) break;
-        left[r].push_back(e.arg);
-        if (!nullable[e.arg]) break;
+        if (e.k == element::kind::bytes) break;
+        if (e.k == element::kind::ref) {
+          left[r].push_back(e.arg);
+          if (!nullable[e.arg]) break;
+        } else {
+          const repetition& rep = repetitions_[e.arg];
+          left[r].push_back(rep.item);
+          if (rep.min > 0 && !nullable[rep.item]) break;
+        }
       }
   std::vector<std::uint8_t> color(n, 0); // 0 new, 1 on the path, 2 done
   std::vector<std::uint32_t> path;
@@ -180,11 +208,16 @@ expected<std::shared_ptr<const grammar>, error> grammar_builder::finish(std::str
 
   auto g = std::make_shared<grammar>();
   g->classes_ = classes_;
+  g->repetitions_ = repetitions_;
   g->root_ = root;
   std::uint64_t h = 0x6b766c616e65ull;
   auto mix = [&h](std::uint64_t v) { h = mix64(h ^ v) + 0x9E3779B97F4A7C15ull; };
   for (const byte_class& c : classes_)
     for (std::uint64_t w : c.bits) mix(w);
+  for (const repetition& rep : repetitions_) {
+    mix(rep.item);
+    mix((static_cast<std::uint64_t>(rep.min) << 32) | rep.max);
+  }
   for (std::uint32_t r = 0; r < n; ++r) {
     grammar::rule out{rules_[r].name, static_cast<std::uint32_t>(g->alt_starts_.size()),
                       static_cast<std::uint32_t>(rules_[r].alts.size())};

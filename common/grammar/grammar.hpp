@@ -5,9 +5,10 @@
 // Problem it solves: structured output (JSON Schema, GBNF) must be enforced on the bytes a model
 // produces, one token at a time. Every front end (compile_gbnf, compile_json_schema) lowers to
 // this one form, which the matcher runs as a pushdown automaton: a rule is a list of
-// alternatives, an alternative a sequence of elements ending in `end`, an element either a byte
-// class (a 256-bit set) or a reference to a rule. Unicode classes are lowered to UTF-8 byte
-// sequences at compile time, so the matcher never decodes UTF-8.
+// alternatives, an alternative a sequence of elements ending in `end`, an element a byte class
+// (a 256-bit set), a reference to a rule, or a counted repetition of a rule (x{m,n}: one element
+// whose stack frame counts the items matched, instead of n expanded copies). Unicode classes are
+// lowered to UTF-8 byte sequences at compile time, so the matcher never decodes UTF-8.
 //
 // Invariants established by the compiler (grammar_builder::finish) and relied on by the matcher:
 // every reference names a defined rule, no rule reaches itself through nullable prefixes (no left
@@ -18,6 +19,7 @@
 
 #include "common/expected.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -58,14 +60,32 @@ struct byte_class {
 };
 
 struct element {
-  enum class kind : std::uint8_t { bytes, ref, end };
+  enum class kind : std::uint8_t { bytes, ref, end, repeat };
   kind k = kind::end;
-  std::uint32_t arg = 0; ///< bytes: index into classes(); ref: rule index; end: the rule
+  /// bytes: index into classes(); ref: rule index; end: the rule; repeat: index into repetitions()
+  std::uint32_t arg = 0;
+};
+
+/// `item`{min,max}: the rule `item` matched between min and max times (max >= 1, or unbounded
+/// for x*, x+, x{m,}); the matcher keeps the count in the repetition's stack frame.
+struct repetition {
+  static constexpr std::uint32_t unbounded = ~0u;
+  std::uint32_t item = 0;
+  std::uint32_t min = 0;
+  std::uint32_t max = 1;
+  /// The count once one more item ends, from `count`. Without an upper bound only "at least
+  /// min" matters, so the count stops there (at 1 for min 0), which keeps the states of x*
+  /// finite.
+  std::uint32_t after(std::uint32_t count) const noexcept {
+    return max != unbounded ? count + 1 : std::min(count + 1, std::max(min, 1u));
+  }
 };
 
 class grammar {
 public:
   std::span<const element> elements() const noexcept { return elements_; }
+  const repetition& rep(std::uint32_t i) const noexcept { return repetitions_[i]; }
+  std::size_t repetition_count() const noexcept { return repetitions_.size(); }
   const byte_class& cls(std::uint32_t i) const noexcept { return classes_[i]; }
   std::size_t class_count() const noexcept { return classes_.size(); }
   std::uint32_t rule_count() const noexcept { return static_cast<std::uint32_t>(rules_.size()); }
@@ -88,6 +108,7 @@ private:
     std::uint32_t alt_count = 0;
   };
   std::vector<element> elements_;
+  std::vector<repetition> repetitions_;
   std::vector<byte_class> classes_;
   std::vector<rule> rules_;
   std::vector<std::uint32_t> alt_starts_;
@@ -109,6 +130,8 @@ public:
   /// add_class, kind::ref args rule indices). Appends to the rule's alternatives.
   expected<void, error> add_alternative(std::uint32_t rule, std::span<const element> seq);
   std::uint32_t add_class(const byte_class& c);
+  /// The element for `item`{min,max} (1 <= max, min <= max <= limits.max_repetition).
+  element add_repetition(std::uint32_t item, std::uint32_t min, std::uint32_t max);
   bool defined(std::uint32_t rule) const noexcept { return defined_[rule]; }
   std::string_view name(std::uint32_t rule) const noexcept { return rules_[rule].name; }
   /// `where_of(rule)`: where an undefined rule was first referenced (for the error).
@@ -128,6 +151,7 @@ private:
   std::vector<bool> defined_;
   std::vector<std::string> first_ref_;
   std::vector<byte_class> classes_;
+  std::vector<repetition> repetitions_;
   std::map<std::array<std::uint64_t, 4>, std::uint32_t> class_index_;
   std::unordered_map<std::string, std::uint32_t> rule_index_;
   std::size_t element_count_ = 0;

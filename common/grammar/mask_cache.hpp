@@ -13,9 +13,15 @@
 // accepted sets of the state's stacks plus the uncertain tokens checked against the real state,
 // in trie order so shared prefixes are fed once.
 //
-// Entries are built with memo_walk. An entry is built the second time its key is met (the
-// first time, fill_mask_memo answers), so keys met once, such as the positions of a long {m,n} expansion, cost no more
-// than without the cache. Memory is bounded by `max_bytes`; past it, no entry is added.
+// Counted repetitions: a key stops at the first repetition frame on the stack and leaves out its
+// count (and its bounds), so every x{m,n} of the same item with the same continuation shares one
+// entry: e.g. the inside of every length-bounded JSON string. Such an entry records, per
+// accepted token, how many items it starts (a token of 5 characters needs 5 more allowed), and,
+// for a token that leaves the repetition and goes on after it (a closing quote), the exact count
+// it leaves with; fill() compares both with the stack's real count and bounds.
+//
+// Entries are built with memo_walk the first time their key is met. Memory is bounded by
+// `max_bytes`; past it, no entry is added and a missing one is answered by fill_mask_memo.
 //
 // Ownership and threading: one per (grammar, vocabulary) pair, shared by every sequence using
 // that grammar; fill() may be called from any number of threads (entries are immutable,
@@ -48,28 +54,20 @@ public:
     std::size_t entries = 0;
     std::size_t bytes = 0;
     std::size_t hits = 0;
-    std::size_t plain_walks = 0; ///< masks answered by fill_mask_memo because an entry was missing
+    std::size_t plain_walks = 0; ///< masks answered by fill_mask_memo (no room for an entry, or a walk bound passed)
   };
   stats counters() const;
 
 private:
-  struct entry {
-    std::vector<std::uint64_t> accepted_bits; ///< a bitset when many tokens are accepted...
-    std::vector<std::uint32_t> accepted_ids;  ///< ...else their ids
-    std::vector<std::uint32_t> uncertain;     ///< trie nodes, ascending (= lexicographic order)
-    std::size_t bytes() const {
-      return accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 4 + sizeof(entry);
-    }
-  };
-  std::shared_ptr<const entry> build(std::span<const std::uint32_t> frames, bool bottom) const;
+  struct entry;
+  struct key_t;
+  std::shared_ptr<const entry> build(const key_t& key) const;
 
   std::shared_ptr<const grammar> g_;
   std::shared_ptr<const vocabulary> v_;
   mask_cache_limits lim_;
-  std::uint32_t build_after_ = 2;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<const entry>> entries_;
-  std::unordered_map<std::string, std::uint32_t> seen_; ///< keys met without an entry
   stats stats_;
 };
 

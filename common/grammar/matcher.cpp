@@ -6,7 +6,7 @@
 namespace kvlane::grammar {
 
 matcher::matcher(std::shared_ptr<const grammar> g, matcher_limits lim) : g_(std::move(g)), lim_(lim) {
-  for (std::uint32_t start : g_->alternatives(g_->root())) work_.push_back({start, nil});
+  for (std::uint32_t start : g_->alternatives(g_->root())) work_.push_back({start, 0, nil});
   bool accept = false, ctx_exit = false;
   if (!close(accept, ctx_exit)) {
     // Past a bound already (a grammar with exponentially many ways to start): a matcher that
@@ -31,7 +31,8 @@ matcher::matcher(std::shared_ptr<const grammar> g, std::span<const std::uint32_t
   history_.push_back({1, static_cast<std::uint32_t>(nodes_.size()), false});
 }
 
-bool matcher::first_visit(std::uint64_t key) {
+bool matcher::first_visit(const pending& p) {
+  const seen_key key{(static_cast<std::uint64_t>(p.pos) << 32) | p.parent, p.count};
   if (seen_.size() < 64) {
     if (std::find(seen_.begin(), seen_.end(), key) != seen_.end()) return false;
     seen_.push_back(key);
@@ -48,21 +49,22 @@ bool matcher::close(bool& accept, bool& ctx_exit) {
   std::size_t steps = 0;
   const std::size_t first_head = heads_.size();
   while (!work_.empty()) {
-    auto [pos, parent] = work_.back();
+    const pending w = work_.back();
     work_.pop_back();
-    if (!first_visit((static_cast<std::uint64_t>(pos) << 32) | parent)) continue;
+    if (!first_visit(w)) continue;
     if (++steps > lim_.max_closure || nodes_.size() + 2 > lim_.max_nodes) return false;
+    const auto [pos, count, parent] = w;
     const element& e = elements[pos];
     switch (e.k) {
       case element::kind::bytes:
         if (heads_.size() - first_head >= lim_.max_heads) return false;
         heads_.push_back(static_cast<std::uint32_t>(nodes_.size()));
-        nodes_.push_back({pos, parent});
+        nodes_.push_back({pos, parent, 0});
         break;
       case element::kind::end:
         if (parent == nil) accept = true;
         else if (parent == ctx) ctx_exit = true;
-        else work_.push_back({nodes_[parent].pos, nodes_[parent].parent});
+        else work_.push_back({nodes_[parent].pos, nodes_[parent].count, nodes_[parent].parent});
         break;
       case element::kind::ref: {
         // A reference in tail position returns straight to the caller's caller: no node, so
@@ -70,10 +72,23 @@ bool matcher::close(bool& accept, bool& ctx_exit) {
         std::uint32_t ret = parent;
         if (elements[pos + 1].k != element::kind::end) {
           ret = static_cast<std::uint32_t>(nodes_.size());
-          nodes_.push_back({pos + 1, parent});
+          nodes_.push_back({pos + 1, parent, 0});
         }
         auto alts = g_->alternatives(e.arg);
-        for (auto it = alts.rbegin(); it != alts.rend(); ++it) work_.push_back({*it, ret});
+        for (auto it = alts.rbegin(); it != alts.rend(); ++it) work_.push_back({*it, 0, ret});
+        break;
+      }
+      case element::kind::repeat: {
+        // `count` items matched: leave (count >= min) or start another (count < max), whose
+        // end returns here with one more.
+        const repetition& r = g_->rep(e.arg);
+        if (count >= r.min) work_.push_back({pos + 1, 0, parent});
+        if (count < r.max) {
+          const auto ret = static_cast<std::uint32_t>(nodes_.size());
+          nodes_.push_back({pos, parent, r.after(count)});
+          auto alts = g_->alternatives(r.item);
+          for (auto it = alts.rbegin(); it != alts.rend(); ++it) work_.push_back({*it, 0, ret});
+        }
         break;
       }
     }
@@ -89,7 +104,7 @@ bool matcher::feed(std::uint8_t b) {
   work_.clear();
   for (std::uint32_t h = begin; h < cur.heads_end; ++h) {
     const node n = nodes_[heads_[h]];
-    if (g_->cls(elements[n.pos].arg).has(b)) work_.push_back({n.pos + 1, n.parent});
+    if (g_->cls(elements[n.pos].arg).has(b)) work_.push_back({n.pos + 1, 0, n.parent});
   }
   if (work_.empty()) return false;
   bool accept = false, ctx_exit = false;
@@ -140,11 +155,12 @@ byte_class matcher::next_bytes() const {
 // ---- save / restore ----------------------------------------------------------------------------
 // Layout (native endianness: a state parks and resumes within one host):
 //   "KVGM" u32 version, u64 grammar fingerprint, u32 node count, u32 head count, u32 entry count,
-//   nodes (u32 pos, u32 parent), heads (u32), entries (u32 heads_end, u32 nodes_end, u32 accept).
+//   nodes (u32 pos, u32 parent, u32 count), heads (u32), entries (u32 heads_end, u32 nodes_end,
+//   u32 accept).
 
 namespace {
 
-constexpr std::uint32_t save_version = 1;
+constexpr std::uint32_t save_version = 2; // 2: nodes carry a repetition count
 
 template <class T>
 void put(std::string& out, T v) {
@@ -169,14 +185,14 @@ struct reader {
 
 std::string matcher::save() const {
   std::string out;
-  out.reserve(32 + nodes_.size() * 8 + heads_.size() * 4 + history_.size() * 12);
+  out.reserve(32 + nodes_.size() * 12 + heads_.size() * 4 + history_.size() * 12);
   out.append("KVGM", 4);
   put(out, save_version);
   put(out, g_->fingerprint());
   put(out, static_cast<std::uint32_t>(nodes_.size()));
   put(out, static_cast<std::uint32_t>(heads_.size()));
   put(out, static_cast<std::uint32_t>(history_.size()));
-  for (const node& n : nodes_) { put(out, n.pos); put(out, n.parent); }
+  for (const node& n : nodes_) { put(out, n.pos); put(out, n.parent); put(out, n.count); }
   for (std::uint32_t h : heads_) put(out, h);
   for (const entry& e : history_) { put(out, e.heads_end); put(out, e.nodes_end); put(out, static_cast<std::uint32_t>(e.accept)); }
   return out;
@@ -194,7 +210,7 @@ expected<matcher, error> matcher::restore(std::shared_ptr<const grammar> g, std:
     return bad("truncated header");
   if (version != save_version) return bad("unsupported version " + std::to_string(version));
   if (fp != g->fingerprint()) return bad("saved for a different grammar");
-  const std::uint64_t need = std::uint64_t{node_count} * 8 + std::uint64_t{head_count} * 4 + std::uint64_t{entry_count} * 12;
+  const std::uint64_t need = std::uint64_t{node_count} * 12 + std::uint64_t{head_count} * 4 + std::uint64_t{entry_count} * 12;
   if (need != bytes.size() - r.at) return bad("size does not match the counts in the header");
   if (node_count > lim.max_nodes) return bad("more nodes than the limit");
   if (entry_count == 0) return bad("no states");
@@ -208,8 +224,14 @@ expected<matcher, error> matcher::restore(std::shared_ptr<const grammar> g, std:
     node& n = m.nodes_[i];
     r.get(n.pos);
     r.get(n.parent);
-    // A parent is always older than its child, so chains end and every index is in range.
+    r.get(n.count);
+    // A parent is always older than its child, so chains end and every index is in range; only
+    // a repetition's frame counts, and never past its bound.
     if (n.pos >= elements.size() || (n.parent != nil && n.parent >= i)) return bad("node " + std::to_string(i) + " out of range");
+    const element& at = elements[n.pos];
+    const auto most = [&](const repetition& rep) { return rep.max == repetition::unbounded ? std::max(rep.min, 1u) : rep.max; };
+    if (at.k == element::kind::repeat ? n.count > most(g->rep(at.arg)) : n.count != 0)
+      return bad("node " + std::to_string(i) + " has an invalid repetition count");
   }
   for (std::uint32_t& h : m.heads_) r.get(h);
   std::uint32_t prev_heads = 0, prev_nodes = 0;

@@ -14,7 +14,11 @@
 // save() writes the arena and history as bytes that restore() checks index by index before
 // trusting them (a corrupt or foreign buffer is an error, never a crash).
 //
-// Bounds: at most `max_heads` stacks per state, `max_nodes` nodes (memory ~ 8 bytes a node
+// A counted repetition x{m,n} is one grammar position; its frame on a stack (a node at the
+// repetition) holds how many items will have been matched when the current one ends, so after
+// an item the matcher may start another (count < n) or leave (count >= m).
+//
+// Bounds: at most `max_heads` stacks per state, `max_nodes` nodes (memory ~ 12 bytes a node
 // plus 16 bytes a byte of history) and `max_closure` expansion steps per byte; a byte that would
 // pass a bound is rejected and exhausted() turns true (from construction on, if the start
 // already passes one: such a matcher accepts nothing).
@@ -80,6 +84,15 @@ private:
   struct node {
     std::uint32_t pos = 0;
     std::uint32_t parent = nil;
+    /// At a repetition: the items matched once the current one ends (0: a return to the
+    /// repetition's start, nothing matched yet).
+    std::uint32_t count = 0;
+  };
+  /// A position still to expand: `pos` with `count` items matched (repetitions only) over `parent`.
+  struct pending {
+    std::uint32_t pos = 0;
+    std::uint32_t count = 0;
+    std::uint32_t parent = nil;
   };
   struct entry {
     std::uint32_t heads_end = 0;
@@ -102,10 +115,20 @@ private:
   std::vector<entry> history_;       ///< one per byte consumed, plus the initial state
   bool exhausted_ = false;
   // Scratch of one step, kept to avoid allocating per byte.
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> work_;
-  std::vector<std::uint64_t> seen_;              ///< small closures: a linear scan is fastest
-  std::unordered_set<std::uint64_t> seen_many_;  ///< past 64 entries
-  bool first_visit(std::uint64_t key);
+  std::vector<pending> work_;
+  struct seen_key {
+    std::uint64_t pos_parent = 0;
+    std::uint32_t count = 0;
+    friend bool operator==(const seen_key&, const seen_key&) = default;
+  };
+  struct seen_hash {
+    std::size_t operator()(const seen_key& k) const noexcept {
+      return std::hash<std::uint64_t>{}(k.pos_parent ^ (std::uint64_t{k.count} * 0x9E3779B97F4A7C15ull));
+    }
+  };
+  std::vector<seen_key> seen_;                          ///< small closures: a linear scan is fastest
+  std::unordered_set<seen_key, seen_hash> seen_many_;   ///< past 64 entries
+  bool first_visit(const pending& p);
 };
 
 } // namespace kvlane::grammar

@@ -10,6 +10,13 @@
 // into the classes that state cannot tell apart, and computes a transition only the first time
 // a (state, byte class) pair is met; every other trie node costs two table lookups.
 //
+// Counted repetitions: a stack's frame at a repetition carries its count, so "k characters of a
+// string{0,40} consumed" are distinct states. mask_cache also walks from a repetition whose count
+// it does not know (its `abstract` frame, shared by every count): there a stack carries how many
+// items it started since the walk began (`j`), states equal up to a common offset of j are one
+// state, and a transition adds its offset to the path's total — so the walk stays as small as
+// for an unbounded repetition and yields, per token, the items it needs (see walk()).
+//
 // Same result as fill_mask. A state that takes at most 8 distinct first bytes (a small walk) and
 // a walk that would intern more than `max_states` states (a grammar that keeps every path
 // distinct) use fill_mask's stepwise walk instead.
@@ -20,9 +27,10 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <limits>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -36,219 +44,86 @@ public:
   static constexpr std::uint32_t max_work = 8192;
   static constexpr std::int32_t unknown = -1;
   static constexpr std::int32_t dead = -2;
+  static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
 
-  /// A stack: grammar positions bottom..top above `old`, a node of the starting matcher state
-  /// (or matcher::nil).
+  /// What a token needs of the abstract repetition's real count c (walk() with an abstract
+  /// frame): `inside` items started, i.e. c + inside <= max (none: no such path), and, for a path
+  /// that left the repetition and consumed bytes after it, exactly `left` items (min <= c + left
+  /// <= max; none: no such path). `ambiguous`: left paths with different counts (the token is
+  /// then checked against the real state).
+  struct need {
+    std::uint32_t inside = none;
+    std::uint32_t left = none;
+    bool ambiguous = false;
+  };
+
+  struct frame {
+    std::uint32_t pos = 0;
+    std::uint32_t count = 0; ///< at a repetition: the items matched once the current one ends
+    friend bool operator==(const frame&, const frame&) = default;
+  };
+  /// A stack: frames bottom..top above `old`, a node of the starting matcher state (or
+  /// matcher::nil / matcher::ctx). With an abstract frame: `j` items started since the walk
+  /// began, and `tag` 1 once the stack left the repetition, 2 once it consumed a byte after.
   struct xstack {
-    std::vector<std::uint32_t> pos;
+    std::vector<frame> f;
     std::uint32_t old = matcher::nil;
+    std::uint32_t j = 0;
+    std::uint8_t tag = 0;
   };
   struct state {
     std::vector<xstack> heads;
     bool accept = false;
     bool ctx_exit = false; ///< a stack ran past a mask_cache frame's bottom (matcher::ctx)
+    need popped;           ///< the counts of the stacks that ran past (abstract walks)
+    need at;               ///< what a token ending in this state needs (relative to the state)
     std::array<std::uint8_t, 256> cls{}; ///< byte -> class (255: no head takes it)
     std::vector<std::int32_t> trans;      ///< per class: next state id, unknown or dead
+    std::vector<std::uint32_t> offset;    ///< per class: the j the transition adds
   };
 
-  const matcher* m_ = nullptr;
-  const grammar* g_ = nullptr;
-  std::vector<state> states_;
-  std::unordered_map<std::string, std::uint32_t> ids_;
-  std::vector<xstack> work_;
-  std::vector<std::string> seen_;
-  std::string key_;
+  /// The state after `b` from state `from`: an id (and its offset), dead, or -1 (bound passed).
+  std::int32_t step(std::uint32_t from, std::uint8_t b, std::uint32_t& offset);
 
-  static std::vector<xstack> start_of(const matcher& m) {
-    std::vector<xstack> out;
-    const std::size_t k = m.history_.size() - 1;
-    for (std::uint32_t h = m.heads_begin(k); h < m.history_.back().heads_end; ++h)
-      out.push_back({{m.nodes_[m.heads_[h]].pos}, m.nodes_[m.heads_[h]].parent});
-    return out;
-  }
-
-  void reset(const matcher& m) {
-    m_ = &m;
-    g_ = &m.rules();
-    states_.clear();
-    ids_.clear();
-  }
-
-  static void encode(std::string& out, const xstack& s) {
-    const std::uint32_t n = static_cast<std::uint32_t>(s.pos.size());
-    out.append(reinterpret_cast<const char*>(&n), 4);
-    out.append(reinterpret_cast<const char*>(s.pos.data()), s.pos.size() * 4);
-    out.append(reinterpret_cast<const char*>(&s.old), 4);
-  }
-
-  /// Interns the state made of `heads` (consumed) and `accept`; returns its id, or -1 past the bound.
-  std::int32_t intern(std::vector<xstack>&& heads, bool accept, bool ctx_exit = false) {
-    std::vector<std::string> keys(heads.size());
-    for (std::size_t i = 0; i < heads.size(); ++i) encode(keys[i], heads[i]);
-    std::vector<std::size_t> order(heads.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
-    key_.assign(1, static_cast<char>('a' + (accept ? 1 : 0) + (ctx_exit ? 2 : 0)));
-    std::vector<xstack> sorted;
-    sorted.reserve(heads.size());
-    for (std::size_t k = 0; k < order.size(); ++k) {
-      if (k > 0 && keys[order[k]] == keys[order[k - 1]]) continue;
-      key_ += keys[order[k]];
-      sorted.push_back(std::move(heads[order[k]]));
-    }
-    if (auto it = ids_.find(key_); it != ids_.end()) return static_cast<std::int32_t>(it->second);
-    if (states_.size() >= max_states) return -1;
-    state s;
-    s.heads = std::move(sorted);
-    s.accept = accept;
-    s.ctx_exit = ctx_exit;
-    classify(s);
-    states_.push_back(std::move(s));
-    ids_.emplace(key_, static_cast<std::uint32_t>(states_.size() - 1));
-    return static_cast<std::int32_t>(states_.size() - 1);
-  }
-
-  /// Splits the bytes by which heads' classes hold them.
-  void classify(state& s) const {
-    const auto elements = g_->elements();
-    std::vector<std::uint32_t> classes;
-    for (const auto& h : s.heads) classes.push_back(elements[h.pos.back()].arg);
-    std::sort(classes.begin(), classes.end());
-    classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
-    if (classes.size() <= 64) { // the usual case: a signature fits a word, no allocation per byte
-      std::array<std::uint64_t, 256> sigs{};
-      for (std::size_t c = 0; c < classes.size(); ++c) {
-        const auto& bits = g_->cls(classes[c]).bits;
-        for (unsigned w = 0; w < 4; ++w)
-          for (std::uint64_t x = bits[w]; x != 0; x &= x - 1)
-            sigs[w * 64 + static_cast<unsigned>(std::countr_zero(x))] |= std::uint64_t{1} << c;
-      }
-      std::vector<std::uint64_t> words;
-      for (unsigned b = 0; b < 256; ++b) {
-        const std::uint64_t sig = sigs[b];
-        if (sig == 0) { s.cls[b] = 255; continue; }
-        auto it = std::find(words.begin(), words.end(), sig);
-        if (it == words.end()) {
-          words.push_back(sig);
-          it = words.end() - 1;
-        }
-        s.cls[b] = static_cast<std::uint8_t>(std::min<std::ptrdiff_t>(it - words.begin(), 254));
-      }
-      s.trans.assign(std::min<std::size_t>(words.size(), 255), unknown);
-      return;
-    }
-    std::vector<std::vector<std::uint8_t>> signatures;
-    for (unsigned b = 0; b < 256; ++b) {
-      std::vector<std::uint8_t> sig(classes.size());
-      bool any = false;
-      for (std::size_t c = 0; c < classes.size(); ++c) {
-        sig[c] = g_->cls(classes[c]).has(static_cast<std::uint8_t>(b));
-        any = any || sig[c];
-      }
-      if (!any) { s.cls[b] = 255; continue; }
-      auto it = std::find(signatures.begin(), signatures.end(), sig);
-      if (it == signatures.end()) {
-        signatures.push_back(std::move(sig));
-        it = signatures.end() - 1;
-      }
-      s.cls[b] = static_cast<std::uint8_t>(std::min<std::ptrdiff_t>(it - signatures.begin(), 254));
-    }
-    // More than 254 distinct signatures cannot happen with 256 bytes minus the dead ones sharing
-    // 255, except in a grammar with 255+ classes at one state; those bytes share class 254 and
-    // the transition for it is then recomputed per byte (see step_id).
-    s.trans.assign(std::min<std::size_t>(signatures.size(), 255), unknown);
-  }
-
-  /// The state after `b` from state `from`: an id, dead, or -1 (bound passed).
-  std::int32_t step(std::uint32_t from, std::uint8_t b) {
-    const auto elements = g_->elements();
-    work_.clear();
-    for (const auto& h : states_[from].heads) {
-      if (!g_->cls(elements[h.pos.back()].arg).has(b)) continue;
-      xstack s = h;
-      ++s.pos.back();
-      work_.push_back(std::move(s));
-    }
-    std::vector<xstack> heads;
-    bool accept = false, ctx_exit = false;
-    seen_.clear();
-    std::size_t steps = 0;
-    while (!work_.empty()) {
-      if (++steps > max_work) return -1;
-      xstack s = std::move(work_.back());
-      work_.pop_back();
-      std::string k;
-      encode(k, s);
-      if (std::find(seen_.begin(), seen_.end(), k) != seen_.end()) continue;
-      seen_.push_back(std::move(k));
-      const std::uint32_t p = s.pos.back();
-      const element& e = elements[p];
-      if (e.k == element::kind::bytes) {
-        heads.push_back(std::move(s));
-      } else if (e.k == element::kind::end) {
-        s.pos.pop_back();
-        if (s.pos.empty()) {
-          if (s.old == matcher::nil) { accept = true; continue; }
-          if (s.old == matcher::ctx) { ctx_exit = true; continue; }
-          const auto& node = m_->nodes_[s.old];
-          s.pos.push_back(node.pos);
-          s.old = node.parent;
-        }
-        work_.push_back(std::move(s));
-      } else { // ref: as the matcher, a tail reference pushes no return position
-        const bool tail = elements[p + 1].k == element::kind::end;
-        if (tail) s.pos.pop_back();
-        else s.pos.back() = p + 1;
-        auto alts = g_->alternatives(e.arg);
-        for (auto it = alts.rbegin(); it != alts.rend(); ++it) {
-          xstack t = s;
-          t.pos.push_back(*it);
-          work_.push_back(std::move(t));
-        }
-      }
-    }
-    if (heads.empty() && !accept && !ctx_exit) return dead;
-    return intern(std::move(heads), accept, ctx_exit);
-  }
-
-  /// Walks the trie of `v` from `m`'s current state. on_accept(node) for every trie node whose
-  /// path the grammar takes; on_reject(node, past) for every subtree cut at `node`, `past` telling
-  /// whether a state on the way ran past a frame's bottom. False if a bound was passed.
+  /// Walks the trie of `v` from `m`'s current state. on_accept(node, past, need) for every trie
+  /// node whose path the grammar takes (`need` relevant with an abstract frame only);
+  /// on_reject(node, past) for every subtree cut at `node`. `past`: a state on the way ran past a
+  /// frame's bottom, so what lies below may take what the frames do not. `abstract`: the node
+  /// of `m` that is a repetition of unknown count (matcher::nil: none). False if a bound was
+  /// passed.
   template <class OnAccept, class OnReject>
-  bool walk(const matcher& m, const vocabulary& v, OnAccept&& on_accept, OnReject&& on_reject) {
-    reset(m);
-    const std::int32_t root = intern(start_of(m), m.can_end(), false);
+  bool walk(const matcher& m, const vocabulary& v, OnAccept&& on_accept, OnReject&& on_reject,
+            std::uint32_t abstract = matcher::nil) {
+    reset(m, abstract);
+    const std::int32_t root = start(m);
     if (root < 0) return false;
     at_depth_.assign(2, root);
     past_.assign(2, 0);
+    total_.assign(2, 0);
     const auto n_nodes = static_cast<std::uint32_t>(v.byte_.size());
     std::uint32_t n = 1;
     while (n < n_nodes) {
       const std::size_t d = v.depth_[n];
       const auto from = static_cast<std::uint32_t>(at_depth_[d - 1]);
-      const std::uint8_t b = v.byte_[n];
-      const std::uint8_t c = states_[from].cls[b];
-      std::int32_t to = dead;
-      if (c == 254) {
-        to = step(from, b); // a shared overflow class: never memoized
-      } else if (c != 255) {
-        to = states_[from].trans[c];
-        if (to == unknown) {
-          to = step(from, b);
-          if (to != -1) states_[from].trans[c] = to;
-        }
-      }
+      std::uint32_t off = 0;
+      const std::int32_t to = next(from, v.byte_[n], off);
       if (to == -1) return false;
       if (to == dead) {
         on_reject(n, past_[d - 1] != 0);
         n = v.next_[n];
         continue;
       }
-      on_accept(n);
+      const state& s = states_[static_cast<std::uint32_t>(to)];
+      const std::uint32_t total = total_[d - 1] + off;
+      need nd = s.at;
+      if (nd.inside != none) nd.inside += total;
+      if (nd.left != none) nd.left += total;
+      on_accept(n, past_[d - 1] != 0, nd);
       if (v.next_[n] != n + 1) {
-        if (at_depth_.size() <= d) { at_depth_.resize(d + 1); past_.resize(d + 1); }
+        if (at_depth_.size() <= d) { at_depth_.resize(d + 1); past_.resize(d + 1); total_.resize(d + 1); }
         at_depth_[d] = to;
-        past_[d] = past_[d - 1] || states_[static_cast<std::uint32_t>(to)].ctx_exit;
+        past_[d] = past_[d - 1] || s.ctx_exit;
+        total_[d] = total;
       }
       ++n;
     }
@@ -262,8 +137,8 @@ public:
   template <class Skip, class OnAccept>
   bool check(const matcher& m, const vocabulary& v, std::span<const std::uint32_t> nodes, Skip&& skip,
              OnAccept&& on_accept) {
-    reset(m);
-    const std::int32_t root = intern(start_of(m), m.can_end(), false);
+    reset(m, matcher::nil);
+    const std::int32_t root = start(m);
     if (root < 0) return false;
     at_depth_.assign(1, root);
     std::string_view prev;
@@ -278,19 +153,8 @@ public:
       std::size_t d = l;
       if (at_depth_.size() < t.size() + 1) at_depth_.resize(t.size() + 1);
       for (; d < t.size(); ++d) {
-        const auto from = static_cast<std::uint32_t>(at_depth_[d]);
-        const auto b = static_cast<std::uint8_t>(t[d]);
-        const std::uint8_t c = states_[from].cls[b];
-        std::int32_t to = dead;
-        if (c == 254) {
-          to = step(from, b);
-        } else if (c != 255) {
-          to = states_[from].trans[c];
-          if (to == unknown) {
-            to = step(from, b);
-            if (to != -1) states_[from].trans[c] = to;
-          }
-        }
+        std::uint32_t off = 0;
+        const std::int32_t to = next(static_cast<std::uint32_t>(at_depth_[d]), static_cast<std::uint8_t>(t[d]), off);
         if (to == -1) return false;
         if (to == dead) break;
         at_depth_[d + 1] = to;
@@ -302,11 +166,45 @@ public:
   }
 
 private:
+  const matcher* m_ = nullptr;
+  const grammar* g_ = nullptr;
+  std::uint32_t abstract_ = matcher::nil;
+  std::vector<state> states_;
+  std::unordered_map<std::string, std::uint32_t> ids_;
+  std::vector<xstack> work_;
+  std::vector<std::string> seen_;
+  std::string key_;
   std::vector<std::int32_t> at_depth_;
   std::vector<std::uint8_t> past_;
+  std::vector<std::uint32_t> total_;
+
+  void reset(const matcher& m, std::uint32_t abstract);
+  /// Interns the state of `m` (−1 past the bound).
+  std::int32_t start(const matcher& m);
+  /// The memoized transition from `from` on `b` (its offset in `offset`).
+  std::int32_t next(std::uint32_t from, std::uint8_t b, std::uint32_t& offset) {
+    const std::uint8_t c = states_[from].cls[b];
+    if (c == 255) return dead;
+    if (c == 254) return step(from, b, offset); // a shared overflow class: never memoized
+    std::int32_t to = states_[from].trans[c];
+    if (to != unknown) {
+      offset = states_[from].offset[c];
+      return to;
+    }
+    to = step(from, b, offset);
+    if (to != -1) {
+      states_[from].trans[c] = to;
+      states_[from].offset[c] = offset;
+    }
+    return to;
+  }
+  /// Interns `heads` with the flags (its stacks' j made relative to the smallest, returned in
+  /// `offset`); the id, or -1 past the bound.
+  std::int32_t intern(std::vector<xstack>&& heads, bool accept, bool ctx_exit, need popped, std::uint32_t& offset);
+  /// Splits the bytes by which heads' classes hold them.
+  void classify(state& s) const;
+  static void encode(std::string& out, const xstack& s);
 };
-
-
 
 void fill_mask_memo(matcher& m, const vocabulary& v, std::span<std::uint64_t> bits);
 

@@ -90,8 +90,10 @@ TEST_CASE("grammar gbnf: left recursion is rejected with the cycle spelled out")
   CHECK(error_of("root ::= e? root \"x\" | \"y\"\ne ::= \"e\"\n").find("left recursion is not supported: root") == 0);
   CHECK(error_of("root ::= a\na ::= b \"1\"\nb ::= a \"2\" | \"3\"\n") ==
         "left recursion is not supported: a -> b -> a (rewrite it with repetition, e.g. x ::= y (\",\" y)*)");
-  // A star of something nullable would expand forever too.
-  CHECK(error_of("root ::= (\"a\"?)*\n").find("left recursion is not supported") == 0);
+  // A star of something nullable would repeat it forever without consuming.
+  CHECK(error_of("root ::= (\"a\"?)*\n").find("an unbounded repetition of '") == 0);
+  CHECK(error_of("root ::= x+\nx ::= \"a\" | \"\"\n") ==
+        "an unbounded repetition of 'x', which may match nothing, is not supported (rewrite (x?)* as x*)");
 }
 
 TEST_CASE("grammar gbnf: limits bound repetition, nesting, rule count and expanded size") {
@@ -101,7 +103,9 @@ TEST_CASE("grammar gbnf: limits bound repetition, nesting, rule count and expand
   CHECK(error_of("root ::= ((((\"a\"))))\n", small) == "1:14: groups nested deeper than 3");
   small = {};
   small.max_elements = 1000;
-  CHECK(error_of("root ::= \"abcdefgh\"{2000}\n", small).find("the grammar expands to more than 1000 elements") != std::string::npos);
+  CHECK(error_of("root ::= \"" + std::string(2000, 'a') + "\"\n", small).find("the grammar expands to more than 1000 elements") != std::string::npos);
+  // A counted repetition is one element whatever its bound.
+  CHECK(compile_gbnf("root ::= \"abcdefgh\"{2000}\n", small).has_value());
   small = {};
   small.max_rules = 3;
   CHECK(error_of("root ::= a b c\na ::= \"1\"\nb ::= \"2\"\nc ::= \"3\"\n", small).find("more than 3 rules") != std::string::npos);
