@@ -61,6 +61,25 @@ backends::token_id argmax_allowed(std::span<const float> logits,
   return static_cast<backends::token_id>(best.value_or(0));
 }
 
+bool is_banned(std::span<const backends::token_id> banned, std::size_t t) noexcept {
+  return std::binary_search(banned.begin(), banned.end(), static_cast<backends::token_id>(t));
+}
+
+// argmax() over the tokens that are not banned (lowest id on ties; 0 when none is finite).
+backends::token_id argmax_except(std::span<const float> logits,
+                                 std::span<const backends::token_id> banned) noexcept {
+  std::size_t best = 0;
+  float best_v = neg_inf;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const float v = logits[i];
+    if (v > best_v && !is_banned(banned, i)) { // a new best is rare: the lookup is too
+      best_v = v;
+      best = i;
+    }
+  }
+  return static_cast<backends::token_id>(best);
+}
+
 // Strict total order on token ids: higher value first, lower index breaks
 // ties. With it, nth_element/sort/heap results do not depend on the standard
 // library implementation.
@@ -116,10 +135,20 @@ expected<void, std::string> validate(const sampling_params& p, std::uint32_t voc
     if (p.stop_tokens[i] >= vocab_size)
       return unexpected(fmt::format("stop_tokens[{}] must be < vocab_size ({}), got {}", i,
                                     vocab_size, p.stop_tokens[i]));
+  if (p.banned_tokens.size() > max_banned_tokens)
+    return unexpected(fmt::format("banned_tokens holds {} entries, at most {} allowed",
+                                  p.banned_tokens.size(), max_banned_tokens));
+  for (std::size_t i = 0; i < p.banned_tokens.size(); ++i)
+    if (p.banned_tokens[i] >= vocab_size)
+      return unexpected(fmt::format("banned_tokens[{}] must be < vocab_size ({}), got {}", i,
+                                    vocab_size, p.banned_tokens[i]));
   return {};
 }
 
-sampler::sampler(sampling_params params) : params_(std::move(params)) {
+sampler::sampler(sampling_params params)
+  : params_(std::move(params)), banned_(params_.banned_tokens) {
+  std::sort(banned_.begin(), banned_.end());
+  banned_.erase(std::unique(banned_.begin(), banned_.end()), banned_.end());
   state_.rng = xoshiro256_seed(params_.seed);
 }
 
@@ -144,6 +173,13 @@ backends::token_id sampler::sample(std::span<const float> logits) {
 std::span<const float> sampler::masked(std::span<const float> logits,
                                        std::span<const std::uint64_t> allowed,
                                        std::optional<backends::token_id>& forced) {
+  if (allowed.empty()) { // banned tokens only: the row as it is, without them
+    masked_.assign(logits.begin(), logits.end());
+    for (const auto t : banned_)
+      if (t < masked_.size())
+        masked_[t] = neg_inf;
+    return masked_;
+  }
   masked_.assign(logits.size(), neg_inf);
   const std::size_t n = std::min(logits.size(), allowed.size() * 64);
   std::optional<backends::token_id> first;
@@ -153,6 +189,8 @@ std::span<const float> sampler::masked(std::span<const float> logits,
       const std::size_t i = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
       if (i >= n)
         break;
+      if (!banned_.empty() && is_banned(banned_, i))
+        continue;
       if (!first)
         first = static_cast<backends::token_id>(i);
       masked_[i] = logits[i];
@@ -171,11 +209,14 @@ backends::token_id sampler::sample(std::span<const float> logits,
   const float temperature = params_.temperature;
   const bool greedy =
     !(temperature > 0.0f) || !std::isfinite(temperature) || !std::isfinite(1.0f / temperature);
-  if (!allowed.empty() && greedy && !params_.logprobs && params_.presence_penalty == 0.0f
-      && params_.frequency_penalty == 0.0f)
+  const bool plain_greedy = greedy && !params_.logprobs && params_.presence_penalty == 0.0f
+                            && params_.frequency_penalty == 0.0f;
+  if (!allowed.empty() && plain_greedy && banned_.empty())
     return argmax_allowed(logits, allowed); // the masked row's argmax, without copying it
+  if (allowed.empty() && plain_greedy && !banned_.empty())
+    return argmax_except(logits, banned_); // likewise without the banned tokens
   std::optional<backends::token_id> forced;
-  if (!allowed.empty())
+  if (!allowed.empty() || !banned_.empty())
     logits = masked(logits, allowed, forced);
   if (forced && !greedy) {
     // Only tokens the model rules out are allowed (a complete grammar's end token): take the

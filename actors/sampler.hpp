@@ -41,6 +41,7 @@ namespace kvlane::actors {
 
 inline constexpr float max_temperature = 100.0f;
 inline constexpr std::size_t max_stop_tokens = 16;
+inline constexpr std::size_t max_banned_tokens = 16;
 /// The most alternatives a request may ask for per token (OpenAI's bound).
 inline constexpr std::uint32_t max_top_logprobs = 20;
 /// The log probability reported for a token that can never be drawn
@@ -67,6 +68,11 @@ struct sampling_params {
   /// Off costs nothing: no extra pass over the logits.
   bool logprobs = false;
   std::uint32_t top_logprobs = 0;
+  /// Tokens never drawn, whatever their logits or a token mask say (e.g. the single token
+  /// that opens a tool call, for a request whose tool_choice is "none"). They get -inf
+  /// before everything else, as tokens outside a mask do; logprobs report them as
+  /// min_logprob. Should not hold a stop token (a stop would then never be sampled).
+  std::vector<backends::token_id> banned_tokens;
 };
 inline constexpr float max_penalty = 2.0f;
 
@@ -149,8 +155,9 @@ private:
   backends::token_id sample_all(std::size_t k, double u) noexcept;
   backends::token_id pick(std::span<const float> logits);
   std::span<const float> penalised(std::span<const float> logits);
-  /// `logits` with the tokens `allowed` does not have at -inf (into masked_); sets `forced`
-  /// to the lowest allowed id when no allowed token has a finite logit.
+  /// `logits` with the tokens `allowed` does not have, and the banned ones, at -inf (into
+  /// masked_; an empty `allowed` allows every token); sets `forced` to the lowest allowed id
+  /// that is not banned when no such token has a finite logit.
   std::span<const float> masked(std::span<const float> logits, std::span<const std::uint64_t> allowed,
                                 std::optional<backends::token_id>& forced);
 
@@ -162,7 +169,8 @@ private:
   std::vector<std::uint32_t> order_;  // candidate token ids
   std::vector<double> buckets_;       // probability mass per log-probability band (top-p)
   std::vector<float> penalised_;      // penalised copy of the row (penalties only)
-  std::vector<float> masked_;         // masked copy of the row (token masks only)
+  std::vector<float> masked_;         // masked copy of the row (token masks, banned tokens)
+  std::vector<backends::token_id> banned_; // params_.banned_tokens, sorted, unique
   std::vector<std::pair<backends::token_id, std::uint32_t>> counts_; // returned tokens, sorted
   token_logprobs logprobs_;           // of the last sampled token (logprobs only)
 };

@@ -27,7 +27,7 @@ std::string_view to_string(snapshot_extent e) noexcept {
 }
 
 expected<std::vector<token_id>, backend_error>
-tokenizer::apply_chat_template(std::span<const chat_message>, bool) const {
+tokenizer::apply_chat_template(std::span<const chat_message>, std::span<const chat_tool>, bool) const {
   return unexpected(backend_error{backend_errc::invalid_argument,
                                   "this model's tokenizer carries no Jinja chat template"});
 }

@@ -43,6 +43,7 @@ using token_id = std::uint32_t;
 using slot_id = std::uint32_t;
 
 struct chat_message; // chat_format.hpp
+struct chat_tool;    // chat_format.hpp
 
 enum class backend_errc : std::uint8_t {
   context_overflow = 1, ///< cache_len + tokens exceeds the slot's max context
@@ -158,12 +159,14 @@ public:
   /// The model's own Jinja chat template (a GGUF's tokenizer.chat_template), empty
   /// when the tokenizer does not carry one.
   virtual std::string_view chat_template() const noexcept { return {}; }
-  /// The prompt tokens chat_template() writes for `messages` (Jinja, through llama.cpp's
-  /// engine): special tokens read in the template's own text only, message content
-  /// encoded as text. invalid_argument when the tokenizer carries no template, this
+  /// The prompt tokens chat_template() writes for `messages` and the functions `tools` the
+  /// model may call (Jinja, through llama.cpp's engine; jinja_template.hpp says how tools and
+  /// calls reach the template): special tokens read in the template's own text only, message
+  /// content encoded as text. invalid_argument when the tokenizer carries no template, this
   /// build has no Jinja engine, or the template fails (its message).
   virtual expected<std::vector<token_id>, backend_error>
-  apply_chat_template(std::span<const chat_message> messages, bool add_generation_prompt) const;
+  apply_chat_template(std::span<const chat_message> messages, std::span<const chat_tool> tools,
+                      bool add_generation_prompt) const;
 };
 
 /// Pooled embeddings of several inputs: `dimension` floats per input, in input order,

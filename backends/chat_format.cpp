@@ -389,6 +389,39 @@ std::optional<chat_format> detect_chat_format(std::string_view chat_template) no
   return std::nullopt;
 }
 
+std::string_view to_string(tool_call_syntax syntax) noexcept {
+  switch (syntax) {
+  case tool_call_syntax::none:
+    return "none";
+  case tool_call_syntax::hermes:
+    return "hermes";
+  case tool_call_syntax::llama3:
+    return "llama3";
+  }
+  return "unknown";
+}
+
+tool_call_syntax detect_tool_syntax(std::string_view t) noexcept {
+  const auto has = [t](std::string_view s) { return t.find(s) != std::string_view::npos; };
+  // A template's text is Jinja source: its JSON quotes may be escaped inside a "..." literal.
+  const bool name = has(R"("name": )") || has(R"(\"name\": )");
+  const bool arguments = has(R"("arguments": )") || has(R"(\"arguments\": )");
+  const bool parameters = has(R"("parameters": )") || has(R"(\"parameters\": )");
+  if (has("<tool_call>") && name && arguments && !has("<function=") && !has("<arg_key>")
+      && !has("<invoke"))
+    return tool_call_syntax::hermes;
+  if (has("<|start_header_id|>") && name && parameters && !has("<function=") && !has(">>>")
+      && !has("functools"))
+    return tool_call_syntax::llama3;
+  return tool_call_syntax::none;
+}
+
+tool_call_syntax tool_syntax_of(chat_format format, const tokenizer& tok) noexcept {
+  if (format == chat_format::automatic || format == chat_format::jinja)
+    return detect_tool_syntax(tok.chat_template());
+  return tool_syntax_of(format);
+}
+
 tool_call_syntax tool_syntax_of(chat_format format) noexcept {
   switch (format) {
   case chat_format::chatml:
@@ -415,9 +448,14 @@ expected<std::vector<token_id>, backend_error> render_chat(chat_format format, c
                                                             bool add_generation_prompt) {
   if (auto ok = check_roles(messages); !ok)
     return unexpected(std::move(ok.error()));
-  if (tool_syntax_of(format) == tool_call_syntax::none && uses_tools(messages, tools))
-    return unexpected(invalid("the chat format '" + std::string(to_string(format))
-                              + "' cannot express tools, tool calls or tool results"));
+  if (uses_tools(messages, tools) && tool_syntax_of(format, tok) == tool_call_syntax::none)
+    return unexpected(invalid(
+      format == chat_format::automatic || format == chat_format::jinja
+        ? std::string("the model's chat template has no tool-call syntax kvlane knows (hermes "
+                      "<tool_call> or Llama 3.1 JSON calls): it cannot take tools, tool calls "
+                      "or tool results")
+        : "the chat format '" + std::string(to_string(format))
+            + "' cannot express tools, tool calls or tool results"));
   switch (format) {
   case chat_format::chatml:
     return render_chatml(tok, messages, tools, add_generation_prompt);
@@ -434,7 +472,7 @@ expected<std::vector<token_id>, backend_error> render_chat(chat_format format, c
     return render_chat(chat_format::jinja, tok, messages, tools, add_generation_prompt);
   }
   case chat_format::jinja:
-    return tok.apply_chat_template(messages, add_generation_prompt);
+    return tok.apply_chat_template(messages, tools, add_generation_prompt);
   }
   return unexpected(invalid("unknown chat format"));
 }

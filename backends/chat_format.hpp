@@ -83,11 +83,33 @@ struct chat_tool {
 ///      <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>, blocks separated by "\n";
 ///  - llama3 (Llama 3.1 and later): the whole answer is one JSON object,
 ///      {"name": "f", "parameters": {...}}.
-/// none: the format has no tool syntax kvlane knows (exaone, a model's own template).
+/// none: the format has no tool syntax kvlane knows (exaone, a template of another family).
 enum class tool_call_syntax : std::uint8_t { none, hermes, llama3 };
 
-/// The tool syntax of `format` (automatic and jinja: none).
+/// "none", "hermes" or "llama3".
+std::string_view to_string(tool_call_syntax syntax) noexcept;
+
+/// The tool syntax of `format` (automatic and jinja: none; they depend on the model's
+/// template, see the overload below).
 tool_call_syntax tool_syntax_of(chat_format format) noexcept;
+
+/// The tool-call syntax a Jinja chat template teaches its model, read from the template's
+/// text as llama.cpp's common/chat.cpp recognises formats:
+///  - hermes: it writes calls as <tool_call> followed by a {"name": ..., "arguments": ...}
+///    object (Qwen2.5, Qwen3, QwQ, Hermes 2 Pro and 3, Granite 4, MiMo), and not in one of
+///    the XML shapes that also open with <tool_call> (<function=...> of Qwen3-Coder and
+///    Qwen3.5, <arg_key> of GLM 4.6+, <invoke> of MiniMax);
+///  - llama3: it has Llama 3's headers (<|start_header_id|>) and teaches the
+///    {"name": ..., "parameters": ...} object (Llama 3.1, 3.2, 3.3), and is not one of the
+///    other call formats written in those headers (Functionary's <function=...> and >>>
+///    recipients, FireFunction's functools[...]);
+///  - none otherwise (no template, a template without tools, a format kvlane does not know).
+tool_call_syntax detect_tool_syntax(std::string_view chat_template) noexcept;
+
+/// The tool syntax of `format` for a model whose tokenizer is `tok`: automatic and jinja
+/// read it from the model's own template (detect_tool_syntax), the built-in formats have
+/// their own.
+tool_call_syntax tool_syntax_of(chat_format format, const tokenizer& tok) noexcept;
 
 /// Renders messages as the model's template does: the format's special tokens
 /// by id, message content encoded with parse_special = false, the BOS where
@@ -103,10 +125,13 @@ expected<std::vector<token_id>, backend_error> render_chat(chat_format format, c
 /// does (chatml as Qwen's: a "# Tools" system section, assistant calls in <tool_call> blocks,
 /// tool results in <tool_response> blocks of a user turn; llama3 as Llama 3.1's: the tools
 /// in the first user message, an assistant call as its JSON object, results in an ipython
-/// turn). Errors (invalid_argument) besides render_chat's: tools, tool calls or tool results
-/// in a format whose tool_syntax_of is none; a tool call's arguments or a tool's parameters
-/// that are not a JSON object; llama3: more than one call in an assistant message, tools
-/// without a user message to carry them.
+/// turn; automatic and template: the model's own template is given them, as llama-server
+/// gives them, see jinja_template.hpp). Errors (invalid_argument) besides render_chat's:
+/// tools, tool calls or tool results in a format whose tool_syntax_of (for this tokenizer)
+/// is none; a tool call's arguments or a tool's parameters that are not a JSON object;
+/// llama3: more than one call in an assistant message, tools without a user message to
+/// carry them; template: the template's own errors (e.g. Llama 3.1's "This model only
+/// supports single tool-calls at once!").
 expected<std::vector<token_id>, backend_error> render_chat(chat_format format, const tokenizer& tok,
                                                             std::span<const chat_message> messages,
                                                             std::span<const chat_tool> tools,

@@ -569,18 +569,19 @@ hf_tokenizer::parse(std::string_view tokenizer_json, std::string_view tokenizer_
 
 expected<std::vector<token_id>, backend_error>
 hf_tokenizer::apply_chat_template(std::span<const chat_message> messages,
-                                  bool add_generation_prompt) const {
+                                  std::span<const chat_tool> tools, bool add_generation_prompt) const {
   if (chat_template_.empty())
     return unexpected(load_error("tokenizer_config.json carries no chat_template"));
 #if KVLANE_HAVE_LLAMACPP
   if (!jinja_)
     return unexpected(load_error(jinja_error_));
-  auto parts = jinja_->render(messages, add_generation_prompt);
+  auto parts = jinja_->render(messages, tools, add_generation_prompt, special_texts_);
   if (!parts)
     return unexpected(std::move(parts).error());
   return jinja_template::tokens_of(*parts, *this, special_texts_);
 #else
   (void)messages;
+  (void)tools;
   (void)add_generation_prompt;
   return unexpected(load_error("this build has no Jinja engine (it comes with llama.cpp: "
                                "scripts/llama-cpp, -DKVLANE_LLAMACPP=on)"));

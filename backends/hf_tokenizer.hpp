@@ -71,7 +71,8 @@ public:
   std::string_view chat_template() const noexcept override { return chat_template_; }
   /// Renders chat_template() through llama.cpp's Jinja engine (builds with llama.cpp).
   expected<std::vector<token_id>, backend_error>
-  apply_chat_template(std::span<const chat_message> messages, bool add_generation_prompt) const override;
+  apply_chat_template(std::span<const chat_message> messages, std::span<const chat_tool> tools,
+                      bool add_generation_prompt) const override;
 
   /// Whether `id` is an added token marked special (it decodes to nothing).
   bool is_special(token_id id) const noexcept {

@@ -7,6 +7,7 @@
 #include <jinja/value.h>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <exception>
 
@@ -35,17 +36,157 @@ jinja_template::parse(std::string_view text, std::string_view bos, std::string_v
   }
 }
 
-expected<std::vector<rendered_part>, backend_error>
-jinja_template::render(std::span<const chat_message> messages, bool add_generation_prompt) const {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+using specials_view = std::span<const std::pair<std::string, token_id>>;
+
+backend_error invalid(std::string message) {
+  return backend_error{backend_errc::invalid_argument, std::move(message)};
+}
+
+/// Whether a special text is markup a template could hold (some vocabularies also mark
+/// whitespace runs or single characters as user-defined tokens: text, not markup).
+bool is_markup(std::string_view text) noexcept {
+  if (text.size() < 3)
+    return false;
+  for (const char c : text)
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r')
+      return false;
+  return true;
+}
+
+/// The special text (markup) `s` holds, if any.
+const std::string* special_in(std::string_view s, specials_view specials) {
+  if (s.size() < 3)
+    return nullptr;
+  for (const auto& sp : specials)
+    if (is_markup(sp.first) && s.find(sp.first) != std::string_view::npos)
+      return &sp.first;
+  return nullptr;
+}
+
+/// The first special text in a key or string of `j`.
+const std::string* special_in_json(const ordered_json& j, specials_view specials) {
+  if (j.is_string())
+    return special_in(std::string_view{j.get_ref<const std::string&>()}, specials);
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) {
+      if (const auto* sp = special_in(std::string_view{k}, specials))
+        return sp;
+      if (const auto* sp = special_in_json(v, specials))
+        return sp;
+    }
+  } else if (j.is_array()) {
+    for (const auto& v : j)
+      if (const auto* sp = special_in_json(v, specials))
+        return sp;
+  }
+  return nullptr;
+}
+
+expected<ordered_json, backend_error> object_of(std::string_view text, std::string_view empty_is,
+                                                const std::string& what, specials_view specials) {
+  auto j = ordered_json::parse(text.empty() ? empty_is : text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return unexpected(invalid(what + " must be a JSON object"));
+  if (const auto* sp = special_in_json(j, specials))
+    return unexpected(invalid(fmt::format("{} hold the text of the special token '{}', which the "
+                                          "model's template would write as that token",
+                                          what, *sp)));
+  return j;
+}
+
+/// A checked JSON object (object_of) for the template.
+common_json engine_json(const ordered_json& j) {
+  return common_json::parse(j.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
+}
+
+/// The template's `tools` and `messages`, as llama-server passes them. Message text goes in
+/// as it is (a prompt may be megabytes); only the small JSON objects (arguments, parameters)
+/// go through text. Throws what common_json throws (bad_alloc).
+expected<common_json, backend_error> template_input(std::span<const chat_message> messages,
+                                                    std::span<const chat_tool> tools,
+                                                    specials_view specials) {
+  common_json in = common_json::object();
   common_json list = common_json::array();
-  for (const auto& m : messages)
-    list.push_back(common_json{{"role", m.role}, {"content", m.content}});
+  for (const auto& m : messages) {
+    common_json j = common_json::object();
+    j["role"] = m.role;
+    j["content"] = m.content;
+    if (!m.tool_calls.empty()) {
+      common_json calls = common_json::array();
+      for (const auto& c : m.tool_calls) {
+        auto args = object_of(c.arguments, "{}", "the arguments of the call to '" + c.name + "'",
+                              specials);
+        if (!args)
+          return unexpected(std::move(args).error());
+        if (const auto* sp = special_in(std::string_view{c.name}, specials))
+          return unexpected(invalid(fmt::format("the tool call name '{}' holds the special token '{}'",
+                                                c.name, *sp)));
+        common_json call = common_json::object();
+        if (!c.id.empty())
+          call["id"] = c.id;
+        call["type"] = "function";
+        common_json fn = common_json::object();
+        fn["name"] = c.name;
+        fn["arguments"] = engine_json(*args);
+        call["function"] = std::move(fn);
+        calls.push_back(call);
+      }
+      j["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id.empty())
+      j["tool_call_id"] = m.tool_call_id;
+    if (!m.tool_name.empty())
+      j["name"] = m.tool_name;
+    list.push_back(j);
+  }
+  in["messages"] = std::move(list);
+  if (!tools.empty()) {
+    common_json out = common_json::array();
+    for (const auto& t : tools) {
+      auto params = object_of(t.parameters, R"({"type":"object","properties":{}})",
+                              "the parameters of tool '" + t.name + "'", specials);
+      if (!params)
+        return unexpected(std::move(params).error());
+      const auto* sp = special_in(std::string_view{t.name}, specials);
+      sp = sp != nullptr ? sp : special_in(std::string_view{t.description}, specials);
+      if (sp != nullptr)
+        return unexpected(invalid(fmt::format("the name or description of tool '{}' holds the text "
+                                              "of the special token '{}', which the model's "
+                                              "template would write as that token",
+                                              t.name, *sp)));
+      common_json fn = common_json::object();
+      fn["name"] = t.name;
+      if (!t.description.empty())
+        fn["description"] = t.description;
+      fn["parameters"] = engine_json(*params);
+      common_json tool = common_json::object();
+      tool["type"] = "function";
+      tool["function"] = std::move(fn);
+      out.push_back(tool);
+    }
+    in["tools"] = std::move(out);
+  }
+  return in;
+}
+
+} // namespace
+
+expected<std::vector<rendered_part>, backend_error>
+jinja_template::render(std::span<const chat_message> messages, std::span<const chat_tool> tools,
+                       bool add_generation_prompt, specials_view specials) const {
   try {
+    auto input = template_input(messages, tools, specials);
+    if (!input)
+      return unexpected(std::move(input).error());
+    const auto& inp = *input;
     std::lock_guard lock(mutex_);
     const auto& t = impl_->tmpl;
     jinja::context ctx(t.source());
-    // Messages are input; the special-token texts and switches are the template's own.
-    jinja::global_from_json(ctx, common_json{{"messages", std::move(list)}}, true);
+    // Messages and tools are input; the special-token texts and switches are the template's own.
+    jinja::global_from_json(ctx, inp, true);
     common_json own{{"bos_token", t.bos_token()}, {"eos_token", t.eos_token()}};
     if (add_generation_prompt)
       own["add_generation_prompt"] = true;

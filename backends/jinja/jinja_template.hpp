@@ -14,6 +14,16 @@
 // the template's own text: a user who writes "<|eot_id|>" gets those characters, not the
 // token — as with kvlane's built-in formats.
 //
+// Tools, assistant tool calls and tool results reach the template as llama-server and
+// Hugging Face pass them: `tools` is a list of {"type": "function", "function": {"name",
+// "description", "parameters"}}, an assistant message carries "tool_calls" (each {"id",
+// "type": "function", "function": {"name", "arguments"}} with the arguments as an object)
+// only when it made calls, and a tool result has role "tool" with "tool_call_id" and "name"
+// when known. Templates write tools and arguments through `tojson`, whose output the engine
+// counts as template text, not input; so a string in a tool definition or in a call's
+// arguments that holds a special token's text is refused (invalid_argument naming it)
+// rather than turned into that token.
+//
 // Thread contract: parse() once; render() is safe from any thread (serialized inside: the
 // engine's per-call state is not documented as thread-safe).
 
@@ -31,6 +41,7 @@
 namespace kvlane::backends {
 
 struct chat_message;
+struct chat_tool;
 
 /// A run of rendered prompt text: from the template itself, or from a message (input).
 struct rendered_part {
@@ -49,12 +60,21 @@ public:
   jinja_template(const jinja_template&) = delete;
   jinja_template& operator=(const jinja_template&) = delete;
 
-  /// The prompt text for `messages` (roles system, user, assistant), with the assistant's
-  /// header when add_generation_prompt, in runs of template text and input text.
-  /// invalid_argument with the template's own error (e.g. "Conversation roles must
-  /// alternate") when it raises one.
+  /// The prompt text for `messages` (roles system, user, assistant, tool) and the functions
+  /// `tools` the model may call, with the assistant's header when add_generation_prompt, in
+  /// runs of template text and input text. `specials`: the texts no string of a tool or a
+  /// call's arguments may hold (see above). invalid_argument with the template's own error
+  /// (e.g. "Conversation roles must alternate") when it raises one; when a tool's parameters
+  /// or a call's arguments are not a JSON object; when such a string holds a special text.
+  expected<std::vector<rendered_part>, backend_error>
+  render(std::span<const chat_message> messages, std::span<const chat_tool> tools,
+         bool add_generation_prompt,
+         std::span<const std::pair<std::string, token_id>> specials = {}) const;
+  /// The same without tools.
   expected<std::vector<rendered_part>, backend_error> render(std::span<const chat_message> messages,
-                                                             bool add_generation_prompt) const;
+                                                             bool add_generation_prompt) const {
+    return render(messages, {}, add_generation_prompt);
+  }
 
   /// Prompt tokens of rendered parts, as Hugging Face tokenizes a rendered template: the
   /// text is split at special tokens — looked for in the template's own text only, never

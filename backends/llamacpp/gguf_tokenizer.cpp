@@ -44,12 +44,13 @@ gguf_tokenizer::gguf_tokenizer(const llama_vocab* vocab, std::string chat_templa
 
 expected<std::vector<token_id>, backend_error>
 gguf_tokenizer::apply_chat_template(std::span<const chat_message> messages,
+                                    std::span<const chat_tool> tools,
                                     bool add_generation_prompt) const {
   if (!jinja_)
     return unexpected(backend_error{backend_errc::invalid_argument,
                                     chat_template_.empty() ? "the GGUF carries no chat template"
                                                            : jinja_error_});
-  auto parts = jinja_->render(messages, add_generation_prompt);
+  auto parts = jinja_->render(messages, tools, add_generation_prompt, special_texts_);
   if (!parts)
     return unexpected(std::move(parts).error());
   return jinja_template::tokens_of(*parts, *this, special_texts_);

@@ -37,7 +37,8 @@ public:
   std::uint32_t size() const noexcept override { return size_; }
   std::string_view chat_template() const noexcept override { return chat_template_; }
   expected<std::vector<token_id>, backend_error>
-  apply_chat_template(std::span<const chat_message> messages, bool add_generation_prompt) const override;
+  apply_chat_template(std::span<const chat_message> messages, std::span<const chat_tool> tools,
+                      bool add_generation_prompt) const override;
 
 private:
   const llama_vocab* vocab_;

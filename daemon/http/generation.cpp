@@ -41,6 +41,7 @@ struct generation::render_job {
   std::string model; ///< the model's name, for errors
   std::vector<backends::token_id> prompt;
   std::shared_ptr<const actors::output_constraint> constraint; ///< null: free text
+  std::vector<backends::token_id> banned; ///< never sampled (tool_choice none)
   std::optional<api_error> error;
 };
 
@@ -98,14 +99,16 @@ void render(generation::render_job& job) {
   auto& req = job.req;
   const bool chat = req.what == generation_request::kind::chat;
   try {
+    const auto& tok = job.backend->tokens();
     // The output's grammar first: a schema that does not compile is the request's error.
-    auto constraint = build_constraint(req.format, req.tools, job.format, job.model);
+    const auto syntax = backends::tool_syntax_of(job.format, tok);
+    auto constraint = build_constraint(req.format, req.tools, job.format, syntax, job.model);
     if (!constraint) {
       job.error = std::move(constraint).error();
       return;
     }
     job.constraint = std::move(*constraint);
-    const auto& tok = job.backend->tokens();
+    job.banned = none_banned_tokens(req.tools, syntax, tok);
     if (chat || !req.raw_prompt) {
       auto messages = std::move(req.messages);
       if (!chat) {
@@ -377,6 +380,7 @@ void generation::on_rendered(render_job& job) {
   sub.sampling.frequency_penalty = req.frequency_penalty;
   sub.sampling.logprobs = req.logprobs;
   sub.sampling.top_logprobs = req.top_logprobs;
+  sub.sampling.banned_tokens = std::move(job.banned);
   sub.stop_at_eos = true;
   sub.constraint = std::move(job.constraint);
   prompt_tokens_ = static_cast<std::uint32_t>(prompt.size());
@@ -503,7 +507,10 @@ backends::tool_call_syntax answer_call_syntax(const service& svc, const generati
   if (req.tools.tools.empty() || req.tools.choice.m == tool_choice::mode::none)
     return backends::tool_call_syntax::none;
   const auto* mc = svc.find_model_config(req.model);
-  return mc == nullptr ? backends::tool_call_syntax::none : backends::tool_syntax_of(mc->chat_format);
+  const auto* m = svc.find_model(req.model);
+  if (mc == nullptr || m == nullptr || !m->backend)
+    return backends::tool_call_syntax::none;
+  return backends::tool_syntax_of(mc->chat_format, m->backend->tokens());
 }
 
 std::shared_ptr<generation> serve(service& svc, std::string_view body, generation::decoder decode,

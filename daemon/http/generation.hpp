@@ -174,8 +174,9 @@ private:
   bool finished_ = false;
 };
 
-/// The tool syntax a request's answer writes calls in (its model's chat format): none when it
-/// offers no tools, with tool_choice none, or for an unknown model (which fails anyway).
+/// The tool syntax a request's answer writes calls in (its model's chat format, or the one its
+/// own template teaches, backends::tool_syntax_of): none when it offers no tools, with
+/// tool_choice none (the answer is content), or for an unknown model (which fails anyway).
 backends::tool_call_syntax answer_call_syntax(const service& svc, const generation_request& req);
 
 /// An API's writer for a decoded request, built on the HTTP thread (or nullptr when it answered

@@ -140,16 +140,45 @@ expected<output_format, api_error> decode_ollama_format(const json& v) {
 expected<std::shared_ptr<const actors::output_constraint>, api_error>
 build_constraint(const output_format& format, const tool_request& tools, backends::chat_format chat,
                  std::string_view model) {
+  return build_constraint(format, tools, chat, backends::tool_syntax_of(chat), model);
+}
+
+std::vector<backends::token_id> none_banned_tokens(const tool_request& tools,
+                                                   backends::tool_call_syntax syntax,
+                                                   const backends::tokenizer& tok) {
+  if (tools.tools.empty() || tools.choice.m != tool_choice::mode::none)
+    return {};
+  const auto trigger = tool_call_trigger(syntax);
+  if (trigger.empty())
+    return {};
+  if (const auto id = tok.special_token(trigger))
+    return {*id};
+  return {};
+}
+
+expected<std::shared_ptr<const actors::output_constraint>, api_error>
+build_constraint(const output_format& format, const tool_request& tools, backends::chat_format chat,
+                 backends::tool_call_syntax syntax, std::string_view model) {
   using mode = tool_choice::mode;
   const bool calls = !tools.tools.empty() && tools.choice.m != mode::none;
   const bool formatted = format.k != output_format::kind::text;
-  const auto syntax = backends::tool_syntax_of(chat);
-  if (!tools.tools.empty() && syntax == backends::tool_call_syntax::none)
-    return unexpected(invalid("tools", fmt::format("the model '{}' cannot take tools: its chat format "
-                                                   "\"{}\" has no tool-call syntax kvlane knows "
-                                                   "(chatml and llama3 have)",
-                                                   model, backends::to_string(chat)),
-                              "tools_not_supported"));
+  if (!tools.tools.empty() && syntax == backends::tool_call_syntax::none) {
+    const bool own_template =
+      chat == backends::chat_format::automatic || chat == backends::chat_format::jinja;
+    return unexpected(invalid(
+      "tools",
+      own_template
+        ? fmt::format("the model '{}' cannot take tools: its own chat template (chat_format "
+                      "\"{}\") writes no tool-call syntax kvlane knows (hermes <tool_call> "
+                      "blocks as Qwen's and Hermes' templates write them, or Llama 3.1's JSON "
+                      "calls)",
+                      model, backends::to_string(chat))
+        : fmt::format("the model '{}' cannot take tools: its chat format \"{}\" has no "
+                      "tool-call syntax kvlane knows (chatml and llama3 have, and templates "
+                      "that write either)",
+                      model, backends::to_string(chat)),
+      "tools_not_supported"));
+  }
   auto out = std::make_shared<actors::output_constraint>();
   if (!calls) {
     if (!formatted)
