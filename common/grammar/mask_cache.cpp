@@ -3,6 +3,7 @@
 #include "common/grammar/memo_walk.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 namespace kvlane::grammar {
@@ -20,18 +21,45 @@ struct mask_cache::entry {
   std::vector<std::uint64_t> accepted_bits;
   std::vector<std::uint32_t> accepted_ids;
   /// With a repetition frame: (items started, token) for the tokens that stay inside it (or leave
-  /// it without consuming more), ascending; accepted when the count allows that many more. With
-  /// many of them, upto[k] holds those needing at most k as a bitset (k < upto.size()).
+  /// it without consuming more), ascending; accepted when the count allows that many more.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> inside;
-  std::vector<std::vector<std::uint64_t>> upto;
   /// With a repetition frame: (count on leaving, token) for the tokens that leave it and go on
   /// after it within the frames; accepted when that count is within the bounds.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> left;
   std::vector<std::uint32_t> uncertain; ///< trie nodes, ascending (= lexicographic order)
   std::size_t bytes() const {
-    std::size_t b = accepted_bits.size() * 8 + accepted_ids.size() * 4 + inside.size() * 8 + left.size() * 8 +
-                    uncertain.size() * 4 + sizeof(entry);
+    return accepted_bits.size() * 8 + accepted_ids.size() * 4 + inside.size() * 8 + left.size() * 8 +
+           uncertain.size() * 4 + sizeof(entry);
+  }
+};
+
+/// The counted tokens of the stacks on one repetition frame, merged.
+struct mask_cache::group_entry {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> inside; ///< as entry::inside, one per token
+  /// With many of them, upto[k] holds those needing at most k as a bitset (k < upto.size()).
+  std::vector<std::vector<std::uint64_t>> upto;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> left;   ///< as entry::left
+  std::size_t bytes() const {
+    std::size_t b = inside.size() * 8 + left.size() * 8 + sizeof(group_entry);
     for (const auto& u : upto) b += u.size() * 8;
+    return b;
+  }
+};
+
+/// The entries of one state's stacks combined: what a mask ORs and checks.
+struct mask_cache::state_entry {
+  std::vector<std::uint64_t> accepted_bits; ///< accepted whatever the counts (bitset or ids)
+  std::vector<std::uint32_t> accepted_ids;
+  /// Per repetition frame of the state (in the order of the key): its counted tokens, shared by
+  /// every state with the same stacks on such a frame (e.g. every string's inside).
+  std::vector<std::shared_ptr<const group_entry>> groups;
+  /// The uncertain tokens' trie nodes in trie order, and their bytes one after the other.
+  std::vector<std::uint32_t> uncertain;
+  std::vector<std::uint32_t> offsets; ///< bytes of uncertain[i]: flat[offsets[i], offsets[i + 1])
+  std::string flat;
+  std::size_t bytes() const {
+    std::size_t b = accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 8 + flat.size() +
+                    sizeof(state_entry);
     return b;
   }
 };
@@ -98,16 +126,6 @@ std::shared_ptr<const mask_cache::entry> mask_cache::build(const key_t& key) con
     auto first_counted = std::find_if(e->inside.begin(), e->inside.end(), [](const auto& p) { return p.first > 0; });
     for (auto it = e->inside.begin(); it != first_counted; ++it) accepted.push_back(it->second);
     e->inside.erase(e->inside.begin(), first_counted);
-    // Many counted tokens (a string's inside): a bitset per small count, so a mask ORs one.
-    if (e->inside.size() >= 4096) {
-      const std::uint32_t most = std::min<std::uint32_t>(e->inside.back().first, 32);
-      std::vector<std::uint64_t> cur(v.words(), 0);
-      auto it = e->inside.begin();
-      for (std::uint32_t k = 0; k <= most; ++k) {
-        for (; it != e->inside.end() && it->first <= k; ++it) set_bit(cur, it->second);
-        e->upto.push_back(cur);
-      }
-    }
     std::sort(e->left.begin(), e->left.end());
   }
   if (accepted.size() * 32 > v.words() * 64) {
@@ -117,6 +135,90 @@ std::shared_ptr<const mask_cache::entry> mask_cache::build(const key_t& key) con
     e->accepted_ids = std::move(accepted);
   }
   return e;
+}
+
+std::shared_ptr<const mask_cache::state_entry> mask_cache::combine(std::span<const std::shared_ptr<const entry>> parts,
+                                                                   std::span<const std::string> part_keys,
+                                                                   std::span<const std::uint32_t> group_of) {
+  const vocabulary& v = *v_;
+  auto out = std::make_shared<state_entry>();
+  thread_local std::vector<std::uint64_t> acc;
+  acc.assign(v.words(), 0);
+  bool dense = false;
+  for (const auto& e : parts) {
+    if (!e->accepted_bits.empty()) {
+      dense = true;
+      for (std::size_t w = 0; w < v.words(); ++w) acc[w] |= e->accepted_bits[w];
+    }
+    for (std::uint32_t id : e->accepted_ids) set_bit(acc, id);
+  }
+  auto accepted = [&](std::uint32_t id) { return ((acc[id >> 6] >> (id & 63)) & 1) != 0; };
+  std::uint32_t n_groups = 0;
+  for (std::uint32_t g : group_of)
+    if (g != matcher::nil) n_groups = std::max(n_groups, g + 1);
+  for (std::uint32_t gi = 0; gi < n_groups; ++gi) {
+    std::string key;
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      if (group_of[i] == gi) {
+        const auto len = static_cast<std::uint32_t>(part_keys[i].size());
+        key.append(reinterpret_cast<const char*>(&len), 4);
+        key += part_keys[i];
+      }
+    {
+      std::lock_guard lock{mu_};
+      if (auto it = groups_.find(key); it != groups_.end()) {
+        out->groups.push_back(it->second);
+        continue;
+      }
+    }
+    auto g = std::make_shared<group_entry>();
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (group_of[i] != gi) continue;
+      g->inside.insert(g->inside.end(), parts[i]->inside.begin(), parts[i]->inside.end());
+      g->left.insert(g->left.end(), parts[i]->left.begin(), parts[i]->left.end());
+    }
+    // A token counted by two stacks of one frame needs the smaller count.
+    std::sort(g->inside.begin(), g->inside.end(), [](const auto& a, const auto& b) {
+      return a.second != b.second ? a.second < b.second : a.first < b.first;
+    });
+    g->inside.erase(std::unique(g->inside.begin(), g->inside.end(), [](const auto& a, const auto& b) { return a.second == b.second; }),
+                    g->inside.end());
+    std::sort(g->inside.begin(), g->inside.end());
+    std::sort(g->left.begin(), g->left.end());
+    g->left.erase(std::unique(g->left.begin(), g->left.end()), g->left.end());
+    // Many counted tokens (a string's inside): a bitset per small count, so a mask ORs one.
+    if (g->inside.size() >= 4096) {
+      const std::uint32_t most = std::min<std::uint32_t>(g->inside.back().first, 16);
+      std::vector<std::uint64_t> cur(v.words(), 0);
+      auto it = g->inside.begin();
+      for (std::uint32_t k = 0; k <= most; ++k) {
+        for (; it != g->inside.end() && it->first <= k; ++it) set_bit(cur, it->second);
+        g->upto.push_back(cur);
+      }
+    }
+    std::lock_guard lock{mu_};
+    auto [it, added] = groups_.emplace(key, g);
+    if (added) stats_.bytes += g->bytes();
+    out->groups.push_back(it->second);
+  }
+  for (const auto& e : parts)
+    for (std::uint32_t n : e->uncertain)
+      if (!accepted(v.ids_[v.ids_begin_[n]])) out->uncertain.push_back(n);
+  std::sort(out->uncertain.begin(), out->uncertain.end());
+  out->uncertain.erase(std::unique(out->uncertain.begin(), out->uncertain.end()), out->uncertain.end());
+  for (std::uint32_t n : out->uncertain) {
+    out->offsets.push_back(static_cast<std::uint32_t>(out->flat.size()));
+    out->flat += v.bytes(v.ids_[v.ids_begin_[n]]);
+  }
+  out->offsets.push_back(static_cast<std::uint32_t>(out->flat.size()));
+  if (dense) {
+    out->accepted_bits = acc;
+  } else { // only id lists: merged without a pass over the vocabulary
+    for (const auto& e : parts) out->accepted_ids.insert(out->accepted_ids.end(), e->accepted_ids.begin(), e->accepted_ids.end());
+    std::sort(out->accepted_ids.begin(), out->accepted_ids.end());
+    out->accepted_ids.erase(std::unique(out->accepted_ids.begin(), out->accepted_ids.end()), out->accepted_ids.end());
+  }
+  return out;
 }
 
 void mask_cache::fill(matcher& m, std::span<std::uint64_t> bits) {
@@ -154,119 +256,135 @@ void mask_cache::fill(matcher& m, std::span<std::uint64_t> bits) {
     } else {
       key.text += key.bottom ? 'b' : 'c';
     }
-    if (std::none_of(keys.begin(), keys.end(), [&](const key_t& o) {
-          return o.text == key.text && o.repeat_node == key.repeat_node;
-        }))
-      keys.push_back(std::move(key));
+    keys.push_back(std::move(key));
+  }
+  // The state's key: its stacks' keys in order, each repetition frame numbered by first use.
+  std::sort(keys.begin(), keys.end(), [](const key_t& a, const key_t& b) {
+    return a.text != b.text ? a.text < b.text : a.repeat_node < b.repeat_node;
+  });
+  keys.erase(std::unique(keys.begin(), keys.end(), [](const key_t& a, const key_t& b) {
+               return a.text == b.text && a.repeat_node == b.repeat_node;
+             }), keys.end());
+  thread_local std::vector<std::uint32_t> group_of, group_node;
+  group_of.assign(keys.size(), matcher::nil);
+  group_node.clear();
+  thread_local std::string state_key;
+  state_key.clear();
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].repeat_node != matcher::nil) {
+      auto it = std::find(group_node.begin(), group_node.end(), keys[i].repeat_node);
+      group_of[i] = static_cast<std::uint32_t>(it - group_node.begin());
+      if (it == group_node.end()) group_node.push_back(keys[i].repeat_node);
+    }
+    const auto len = static_cast<std::uint32_t>(keys[i].text.size());
+    state_key.append(reinterpret_cast<const char*>(&len), 4);
+    state_key += keys[i].text;
+    state_key.append(reinterpret_cast<const char*>(&group_of[i]), 4);
   }
 
+  std::shared_ptr<const state_entry> se;
   thread_local std::vector<std::shared_ptr<const entry>> found;
   found.assign(keys.size(), nullptr);
   std::vector<std::size_t> to_build;
   bool fallback = false;
   {
     std::lock_guard lock{mu_};
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      if (auto it = entries_.find(keys[i].text); it != entries_.end()) { found[i] = it->second; continue; }
-      if (stats_.bytes < lim_.max_bytes) to_build.push_back(i);
-      else fallback = true;
+    if (auto it = states_.find(state_key); it != states_.end()) {
+      se = it->second;
+      ++stats_.hits;
+    } else {
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        if (auto e = entries_.find(keys[i].text); e != entries_.end()) { found[i] = e->second; continue; }
+        if (stats_.bytes < lim_.max_bytes) to_build.push_back(i);
+        else fallback = true;
+      }
+      if (fallback) ++stats_.plain_walks;
     }
-    if (fallback) ++stats_.plain_walks;
-    else if (to_build.empty()) ++stats_.hits;
   }
   if (fallback) {
     fill_mask_memo(m, v, bits);
     return;
   }
-  for (std::size_t i : to_build) {
-    found[i] = build(keys[i]);
-    if (found[i] == nullptr) { // past the walk's bounds: this key is answered by plain walks
-      { std::lock_guard lock{mu_}; ++stats_.plain_walks; }
-      fill_mask_memo(m, v, bits);
-      return;
+  if (se == nullptr) {
+    for (std::size_t i : to_build) {
+      found[i] = build(keys[i]);
+      if (found[i] == nullptr) { // past the walk's bounds: this key is answered by plain walks
+        { std::lock_guard lock{mu_}; ++stats_.plain_walks; }
+        fill_mask_memo(m, v, bits);
+        return;
+      }
+      std::lock_guard lock{mu_};
+      if (entries_.emplace(keys[i].text, found[i]).second) {
+        stats_.bytes += found[i]->bytes();
+        ++stats_.entries;
+      }
     }
+    thread_local std::vector<std::string> texts;
+    texts.clear();
+    for (const key_t& key : keys) texts.push_back(key.text);
+    se = combine(found, texts, group_of);
     std::lock_guard lock{mu_};
-    if (entries_.emplace(keys[i].text, found[i]).second) {
-      stats_.bytes += found[i]->bytes();
-      ++stats_.entries;
-    }
+    if (stats_.bytes < lim_.max_bytes && states_.emplace(state_key, se).second) stats_.bytes += se->bytes();
   }
 
   std::fill(bits.begin(), bits.begin() + static_cast<std::ptrdiff_t>(v.words()), 0);
-  thread_local std::vector<std::uint32_t> uncertain;
-  uncertain.clear();
-  bool sorted = true;
-  for (std::size_t i = 0; i < found.size(); ++i) {
-    const entry& e = *found[i];
-    if (!e.accepted_bits.empty())
-      for (std::size_t w = 0; w < v.words(); ++w) bits[w] |= e.accepted_bits[w];
-    for (std::uint32_t id : e.accepted_ids) set_bit(bits, id);
-    if (keys[i].repeat_node != matcher::nil) {
-      // The real count: `room` more items may start, leaving needs at least `least` more.
-      const matcher::node& rn = m.nodes_[keys[i].repeat_node];
-      const repetition& r = g_->rep(elements[rn.pos].arg);
-      const std::uint32_t room = r.max - rn.count;
-      const std::uint32_t least = r.min > rn.count ? r.min - rn.count : 0;
-      auto end = e.inside.end();
-      if (!e.upto.empty()) {
-        const std::size_t top = e.upto.size() - 1;
-        const auto& u = e.upto[std::min<std::size_t>(room, top)];
-        for (std::size_t w = 0; w < v.words(); ++w) bits[w] |= u[w];
-        if (room > top) {
-          auto it = std::upper_bound(e.inside.begin(), e.inside.end(), std::pair{static_cast<std::uint32_t>(top), ~0u});
-          for (; it != end && it->first <= room; ++it) set_bit(bits, it->second);
-        }
-      } else {
-        for (auto it = e.inside.begin(); it != end && it->first <= room; ++it) set_bit(bits, it->second);
-      }
-      auto it = std::lower_bound(e.left.begin(), e.left.end(), std::pair{least, 0u});
-      for (; it != e.left.end() && it->first <= room; ++it) set_bit(bits, it->second);
+  const state_entry& e = *se;
+  if (!e.accepted_bits.empty())
+    for (std::size_t w = 0; w < v.words(); ++w) bits[w] |= e.accepted_bits[w];
+  for (std::uint32_t id : e.accepted_ids) set_bit(bits, id);
+  for (std::size_t gi = 0; gi < e.groups.size(); ++gi) {
+    // The real count: `room` more items may start, leaving needs at least `least` more.
+    const group_entry& g = *e.groups[gi];
+    const matcher::node& rn = m.nodes_[group_node[gi]];
+    const repetition& r = g_->rep(elements[rn.pos].arg);
+    const std::uint32_t room = r.max - rn.count;
+    const std::uint32_t least = r.min > rn.count ? r.min - rn.count : 0;
+    auto it = g.inside.begin();
+    if (!g.upto.empty()) {
+      const std::size_t top = g.upto.size() - 1;
+      const auto& u = g.upto[std::min<std::size_t>(room, top)];
+      for (std::size_t w = 0; w < v.words(); ++w) bits[w] |= u[w];
+      it = room > top ? std::upper_bound(g.inside.begin(), g.inside.end(), std::pair{static_cast<std::uint32_t>(top), ~0u})
+                      : g.inside.end();
     }
-    if (!e.uncertain.empty()) {
-      if (!uncertain.empty() && uncertain.back() >= e.uncertain.front()) sorted = false;
-      uncertain.insert(uncertain.end(), e.uncertain.begin(), e.uncertain.end());
-    }
+    for (; it != g.inside.end() && it->first <= room; ++it) set_bit(bits, it->second);
+    auto l = std::lower_bound(g.left.begin(), g.left.end(), std::pair{least, 0u});
+    for (; l != g.left.end() && l->first <= room; ++l) set_bit(bits, l->second);
   }
-  if (!sorted) {
-    std::sort(uncertain.begin(), uncertain.end());
-    uncertain.erase(std::unique(uncertain.begin(), uncertain.end()), uncertain.end());
-  }
-  // The uncertain tokens against the real state, in trie order: a token reuses the states of
-  // the bytes it shares with the previous one, and one that extends a rejected prefix is
-  // rejected unfed. The memoized walk first; the matcher itself if that passes its bounds.
-  auto is_set = [&](std::uint32_t node) {
-    const std::uint32_t first = v.ids_[v.ids_begin_[node]];
+  // The uncertain tokens against the real state, in trie order. The memoized walk first; the
+  // matcher itself if that passes its bounds.
+  auto bytes_of = [&](std::size_t i) {
+    return std::string_view{e.flat}.substr(e.offsets[i], e.offsets[i + 1] - e.offsets[i]);
+  };
+  auto is_set = [&](std::size_t i) {
+    const std::uint32_t first = v.ids_[v.ids_begin_[e.uncertain[i]]];
     return ((bits[first >> 6] >> (first & 63)) & 1) != 0;
   };
-  auto set_node = [&](std::uint32_t node) {
-    for (std::uint32_t j = v.ids_begin_[node]; j < v.ids_begin_[node + 1]; ++j) set_bit(bits, v.ids_[j]);
+  auto set_node = [&](std::size_t i) {
+    for (std::uint32_t j = v.ids_begin_[e.uncertain[i]]; j < v.ids_begin_[e.uncertain[i] + 1]; ++j) set_bit(bits, v.ids_[j]);
   };
   thread_local memo_walk w;
-  if (w.check(m, v, uncertain, is_set, set_node)) {
-    if (m.can_end())
-      for (std::uint32_t e : v.end_tokens()) set_bit(bits, e);
-    return;
+  if (!w.check(m, e.uncertain.size(), bytes_of, is_set, set_node)) {
+    const std::size_t base = m.position();
+    std::string_view prev;
+    std::size_t ok_len = 0;
+    for (std::size_t i = 0; i < e.uncertain.size(); ++i) {
+      if (is_set(i)) continue;
+      const std::string_view t = bytes_of(i);
+      std::size_t l = 0;
+      while (l < prev.size() && l < t.size() && prev[l] == t[l]) ++l;
+      prev = t;
+      if (l > ok_len) continue;
+      m.rollback_to(base + l);
+      std::size_t fed = l;
+      while (fed < t.size() && m.feed(static_cast<std::uint8_t>(t[fed]))) ++fed;
+      ok_len = fed;
+      if (fed == t.size()) set_node(i);
+    }
+    m.rollback_to(base);
   }
-  const std::size_t base = m.position();
-  std::string_view prev;
-  std::size_t ok_len = 0;
-  for (std::uint32_t node : uncertain) {
-    const std::uint32_t first = v.ids_[v.ids_begin_[node]];
-    if ((bits[first >> 6] >> (first & 63)) & 1) continue;
-    const std::string_view t = v.bytes(first);
-    std::size_t l = 0;
-    while (l < prev.size() && l < t.size() && prev[l] == t[l]) ++l;
-    prev = t;
-    if (l > ok_len) continue;
-    m.rollback_to(base + l);
-    std::size_t fed = l;
-    while (fed < t.size() && m.feed(static_cast<std::uint8_t>(t[fed]))) ++fed;
-    ok_len = fed;
-    if (fed == t.size()) set_node(node);
-  }
-  m.rollback_to(base);
   if (m.can_end())
-    for (std::uint32_t e : v.end_tokens()) set_bit(bits, e);
+    for (std::uint32_t id : v.end_tokens()) set_bit(bits, id);
 }
 
 } // namespace kvlane::grammar

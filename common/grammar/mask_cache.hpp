@@ -20,6 +20,11 @@
 // for a token that leaves the repetition and goes on after it (a closing quote), the exact count
 // it leaves with; fill() compares both with the stack's real count and bounds.
 //
+// A state's mask combines the entries of its stacks; the combination (one accepted bitset, the
+// counted tokens per repetition frame, the uncertain tokens with their bytes laid out in trie
+// order) is kept too, keyed by the state's stack keys, so a mask costs one or two bitset ORs
+// plus the check of the uncertain tokens.
+//
 // Entries are built with memo_walk the first time their key is met. Memory is bounded by
 // `max_bytes`; past it, no entry is added and a missing one is answered by fill_mask_memo.
 //
@@ -60,14 +65,21 @@ public:
 
 private:
   struct entry;
+  struct group_entry;
+  struct state_entry;
   struct key_t;
   std::shared_ptr<const entry> build(const key_t& key) const;
+  std::shared_ptr<const state_entry> combine(std::span<const std::shared_ptr<const entry>> parts,
+                                             std::span<const std::string> part_keys,
+                                             std::span<const std::uint32_t> group_of);
 
   std::shared_ptr<const grammar> g_;
   std::shared_ptr<const vocabulary> v_;
   mask_cache_limits lim_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<const entry>> entries_;
+  std::unordered_map<std::string, std::shared_ptr<const group_entry>> groups_;
+  std::unordered_map<std::string, std::shared_ptr<const state_entry>> states_;
   stats stats_;
 };
 

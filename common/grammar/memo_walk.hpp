@@ -130,22 +130,22 @@ public:
     return true;
   }
 
-  /// For trie nodes `nodes` (ascending, i.e. in lexicographic order of their bytes) from `m`'s
-  /// current state: on_accept(node) for each whose bytes the grammar takes; skip(node) true
-  /// leaves a node out. A node reuses the states of the bytes it shares with the previous one.
-  /// False if a bound was passed (nothing is then known).
-  template <class Skip, class OnAccept>
-  bool check(const matcher& m, const vocabulary& v, std::span<const std::uint32_t> nodes, Skip&& skip,
-             OnAccept&& on_accept) {
+  /// For `count` tokens, bytes_of(i) their bytes (ascending, i.e. in the trie's order) from
+  /// `m`'s current state: on_accept(i) for each the grammar takes; skip(i) true leaves one out.
+  /// A token reuses the states of the bytes it shares with the previous one, and one that
+  /// extends a rejected prefix is rejected unfed. False if a bound was passed (nothing is then
+  /// known).
+  template <class BytesOf, class Skip, class OnAccept>
+  bool check(const matcher& m, std::size_t count, BytesOf&& bytes_of, Skip&& skip, OnAccept&& on_accept) {
     reset(m, matcher::nil);
     const std::int32_t root = start(m);
     if (root < 0) return false;
     at_depth_.assign(1, root);
     std::string_view prev;
     std::size_t ok_len = 0;
-    for (std::uint32_t node : nodes) {
-      if (skip(node)) continue;
-      const std::string_view t = v.bytes(v.ids_[v.ids_begin_[node]]);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (skip(i)) continue;
+      const std::string_view t = bytes_of(i);
       std::size_t l = 0;
       while (l < prev.size() && l < t.size() && prev[l] == t[l]) ++l;
       prev = t;
@@ -160,7 +160,7 @@ public:
         at_depth_[d + 1] = to;
       }
       ok_len = d;
-      if (d == t.size()) on_accept(node);
+      if (d == t.size()) on_accept(i);
     }
     return true;
   }
