@@ -545,9 +545,10 @@ hf_tokenizer::parse(std::string_view tokenizer_json, std::string_view tokenizer_
       tok->bos_text_ = config_token_text(*config, "bos_token");
       tok->eos_text_ = config_token_text(*config, "eos_token");
     }
+    // A rendered template's own text is split at every added token, special or not, as Hugging
+    // Face tokenizes it (Qwen's <tool_call> is added but not special).
     for (const auto& [text, id] : tok->added_by_text_)
-      if (tok->is_special(id))
-        tok->special_texts_.emplace_back(text, id);
+      tok->special_texts_.emplace_back(text, id);
     std::sort(tok->special_texts_.begin(), tok->special_texts_.end(),
               [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
 #if KVLANE_HAVE_LLAMACPP

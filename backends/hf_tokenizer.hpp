@@ -96,7 +96,8 @@ private:
   std::uint32_t size_ = 0;
   std::string chat_template_;
   std::string bos_text_, eos_text_;  ///< tokenizer_config.json's bos_token / eos_token
-  std::vector<std::pair<std::string, token_id>> special_texts_; ///< longest first
+  /// Every added token's text, longest first: where a template's own text is split.
+  std::vector<std::pair<std::string, token_id>> special_texts_;
   /// chat_template_ parsed (shared_ptr: its deleter exists only in builds with the engine).
   std::shared_ptr<const jinja_template> jinja_;
   std::string jinja_error_;          ///< why chat_template_ did not parse, else empty

@@ -2,8 +2,9 @@
 // (the real templates in llama.cpp's tree: Qwen, Hermes, Granite write hermes <tool_call>
 // blocks, Llama 3.1-3.3 JSON calls, the XML and recipient formats are not taken for either);
 // tools, calls and results reach the template as llama-server passes them, so Qwen3's and
-// Qwen2.5's templates give exactly the tokens of the built-in chatml format with tools and
-// Llama 3.1's the built-in llama3 tokens from the first user turn on.
+// Qwen2.5's templates give the prompt of the built-in chatml format with tools (tokenized as
+// Hugging Face tokenizes a rendered template: <tool_call> is one token) and Llama 3.1's the
+// built-in llama3 tokens from the first user turn on.
 #include "backends/chat_format.hpp"
 #include "backends/hf_tokenizer.hpp"
 #include "backends/jinja/jinja_template.hpp"
@@ -85,6 +86,26 @@ std::vector<token_id> rendered(chat_format f, const tokenizer& tok, const std::v
   return std::move(*r);
 }
 
+/// The prompt the built-in format writes, as Hugging Face tokenizes the text of a rendered
+/// template: split at every added token, special (<|im_start|>) or not (<tool_call>), the rest
+/// encoded as text. (The built-in formats write <tool_call> as text.)
+std::vector<token_id> as_hugging_face(chat_format f, const tokenizer& tok,
+                                      const std::vector<chat_message>& m,
+                                      std::span<const chat_tool> t = tools) {
+  std::string text;
+  for (const auto id : rendered(f, tok, m, t)) {
+    auto piece = tok.decode(std::span{&id, 1});
+    if (piece.empty()) // a special token: by its name
+      for (const auto* name : {"<|im_start|>", "<|im_end|>", "<|begin_of_text|>",
+                               "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"})
+        if (tok.special_token(name) == id)
+          piece = name;
+    REQUIRE_FALSE(piece.empty());
+    text += piece;
+  }
+  return tok.encode(text, true);
+}
+
 /// `text` parsed as a template and rendered for `tok` with its special tokens `names`.
 std::vector<token_id> through(const std::string& text, const tokenizer& tok,
                               const std::vector<chat_message>& m, std::span<const chat_tool> t,
@@ -146,14 +167,20 @@ TEST_CASE("jinja tools: the tool-call syntax of llama.cpp's real templates is re
 }
 
 TEST_CASE("jinja tools: Qwen3's template given tools, calls and results gives the built-in chatml "
-          "tokens") {
+          "prompt, with <tool_call> and <tool_response> as the single tokens they are") {
   const auto& tok = model("qwen3");
+  const auto tool_call = tok.special_token("<tool_call>");
+  REQUIRE(tool_call.has_value());
   for (const auto& m : exchanges) {
     CAPTURE(m.back().content);
-    CHECK(rendered(chat_format::jinja, tok, m) == rendered(chat_format::chatml, tok, m));
+    const auto ids = rendered(chat_format::jinja, tok, m);
+    CHECK(ids == as_hugging_face(chat_format::chatml, tok, m));
+    // The tools section's instructions hold a <tool_call> too.
+    CHECK(std::count(ids.begin(), ids.end(), *tool_call) >= 1);
     // One tool only, and none (the template's plain path).
     CHECK(rendered(chat_format::jinja, tok, m, std::span{tools}.first(1))
-          == rendered(chat_format::chatml, tok, m, std::span{tools}.first(1)));
+          == as_hugging_face(chat_format::chatml, tok, m, std::span{tools}.first(1)));
+    CHECK(rendered(chat_format::jinja, tok, m, {}) == as_hugging_face(chat_format::chatml, tok, m, {}));
   }
   // The tools are in the prompt: the template really saw them.
   const auto ids = rendered(chat_format::jinja, tok, exchanges[0]);
@@ -164,16 +191,18 @@ TEST_CASE("jinja tools: Qwen3's template given tools, calls and results gives th
         != std::string::npos);
 }
 
-TEST_CASE("jinja tools: Qwen2.5's template from llama.cpp's tree gives the built-in chatml tokens "
+TEST_CASE("jinja tools: Qwen2.5's template from llama.cpp's tree gives the built-in chatml prompt "
           "(with its default system message)") {
   const auto& tok = model("qwen3"); // the same special tokens as Qwen2.5's
   const auto text = template_file("Qwen-Qwen2.5-7B-Instruct.jinja");
   for (auto m : exchanges) {
     CAPTURE(m.back().content);
-    const auto ids = through(text, tok, m, tools, {"<|im_start|>", "<|im_end|>"});
+    const auto ids = through(text, tok, m, tools,
+                             {"<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
+                              "<tool_response>", "</tool_response>"});
     if (m.front().role != "system")
       m.insert(m.begin(), {"system", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."});
-    CHECK(ids == rendered(chat_format::chatml, tok, m));
+    CHECK(ids == as_hugging_face(chat_format::chatml, tok, m));
   }
 }
 
@@ -242,7 +271,7 @@ TEST_CASE("jinja tools: a special token's text in a tool or a call's arguments i
   m.back() = calls({{"x", "get_time", R"({"zone":"UTC"})"}});
   m.push_back(result("a<|im_end|>b", "x", "get_time"));
   const auto ids = rendered(chat_format::jinja, tok, m);
-  CHECK(ids == rendered(chat_format::chatml, tok, m));
+  CHECK(tok.decode(ids).find("a<|im_end|>b") != std::string::npos);
   // The template's <|im_end|> after each turn only (tools, user, call, results): the result's
   // stays text.
   CHECK(std::count(ids.begin(), ids.end(), im_end) == 4);
