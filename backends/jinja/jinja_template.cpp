@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <bitset>
 #include <exception>
 
 namespace kvlane::backends {
@@ -45,52 +47,67 @@ backend_error invalid(std::string message) {
   return backend_error{backend_errc::invalid_argument, std::move(message)};
 }
 
-/// Whether a special text is markup a template could hold (some vocabularies also mark
-/// whitespace runs or single characters as user-defined tokens: text, not markup).
-bool is_markup(std::string_view text) noexcept {
-  if (text.size() < 3)
-    return false;
-  for (const char c : text)
-    if (c == ' ' || c == '\n' || c == '\t' || c == '\r')
-      return false;
-  return true;
-}
+/// Finds the special tokens' texts that are markup in strings that reach a template through
+/// `tojson`. Only texts a template could hold count (some vocabularies also mark whitespace
+/// runs or single characters as user-defined tokens: text, not markup). A string without any
+/// of their first bytes (most schema strings: no '<' or '[') costs one pass.
+class markup_finder {
+public:
+  explicit markup_finder(specials_view specials) {
+    for (const auto& sp : specials) {
+      const std::string_view t = sp.first;
+      if (t.size() < 3 || t.find_first_of(" \t\r\n") != std::string_view::npos)
+        continue;
+      texts_.push_back(&sp.first);
+      first_.set(static_cast<unsigned char>(t.front()));
+    }
+  }
 
-/// The special text (markup) `s` holds, if any.
-const std::string* special_in(std::string_view s, specials_view specials) {
-  if (s.size() < 3)
+  /// The markup `s` holds, if any.
+  const std::string* in(std::string_view s) const noexcept {
+    if (texts_.empty() || s.size() < 3)
+      return nullptr;
+    const bool candidate = std::any_of(s.begin(), s.end(), [this](char c) {
+      return first_.test(static_cast<unsigned char>(c));
+    });
+    if (!candidate)
+      return nullptr;
+    for (const auto* t : texts_)
+      if (s.find(*t) != std::string_view::npos)
+        return t;
     return nullptr;
-  for (const auto& sp : specials)
-    if (is_markup(sp.first) && s.find(sp.first) != std::string_view::npos)
-      return &sp.first;
-  return nullptr;
-}
+  }
+
+private:
+  std::vector<const std::string*> texts_;
+  std::bitset<256> first_;
+};
 
 /// The first special text in a key or string of `j`.
-const std::string* special_in_json(const ordered_json& j, specials_view specials) {
+const std::string* markup_in_json(const ordered_json& j, const markup_finder& markup) {
   if (j.is_string())
-    return special_in(std::string_view{j.get_ref<const std::string&>()}, specials);
+    return markup.in(j.get_ref<const std::string&>());
   if (j.is_object()) {
     for (const auto& [k, v] : j.items()) {
-      if (const auto* sp = special_in(std::string_view{k}, specials))
+      if (const auto* sp = markup.in(k))
         return sp;
-      if (const auto* sp = special_in_json(v, specials))
+      if (const auto* sp = markup_in_json(v, markup))
         return sp;
     }
   } else if (j.is_array()) {
     for (const auto& v : j)
-      if (const auto* sp = special_in_json(v, specials))
+      if (const auto* sp = markup_in_json(v, markup))
         return sp;
   }
   return nullptr;
 }
 
 expected<ordered_json, backend_error> object_of(std::string_view text, std::string_view empty_is,
-                                                const std::string& what, specials_view specials) {
+                                                const std::string& what, const markup_finder& markup) {
   auto j = ordered_json::parse(text.empty() ? empty_is : text, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return unexpected(invalid(what + " must be a JSON object"));
-  if (const auto* sp = special_in_json(j, specials))
+  if (const auto* sp = markup_in_json(j, markup))
     return unexpected(invalid(fmt::format("{} hold the text of the special token '{}', which the "
                                           "model's template would write as that token",
                                           what, *sp)));
@@ -107,7 +124,7 @@ common_json engine_json(const ordered_json& j) {
 /// go through text. Throws what common_json throws (bad_alloc).
 expected<common_json, backend_error> template_input(std::span<const chat_message> messages,
                                                     std::span<const chat_tool> tools,
-                                                    specials_view specials) {
+                                                    const markup_finder& markup) {
   common_json in = common_json::object();
   common_json list = common_json::array();
   for (const auto& m : messages) {
@@ -118,10 +135,10 @@ expected<common_json, backend_error> template_input(std::span<const chat_message
       common_json calls = common_json::array();
       for (const auto& c : m.tool_calls) {
         auto args = object_of(c.arguments, "{}", "the arguments of the call to '" + c.name + "'",
-                              specials);
+                              markup);
         if (!args)
           return unexpected(std::move(args).error());
-        if (const auto* sp = special_in(std::string_view{c.name}, specials))
+        if (const auto* sp = markup.in(c.name))
           return unexpected(invalid(fmt::format("the tool call name '{}' holds the special token '{}'",
                                                 c.name, *sp)));
         common_json call = common_json::object();
@@ -147,11 +164,11 @@ expected<common_json, backend_error> template_input(std::span<const chat_message
     common_json out = common_json::array();
     for (const auto& t : tools) {
       auto params = object_of(t.parameters, R"({"type":"object","properties":{}})",
-                              "the parameters of tool '" + t.name + "'", specials);
+                              "the parameters of tool '" + t.name + "'", markup);
       if (!params)
         return unexpected(std::move(params).error());
-      const auto* sp = special_in(std::string_view{t.name}, specials);
-      sp = sp != nullptr ? sp : special_in(std::string_view{t.description}, specials);
+      const auto* sp = markup.in(t.name);
+      sp = sp != nullptr ? sp : markup.in(t.description);
       if (sp != nullptr)
         return unexpected(invalid(fmt::format("the name or description of tool '{}' holds the text "
                                               "of the special token '{}', which the model's "
@@ -178,7 +195,7 @@ expected<std::vector<rendered_part>, backend_error>
 jinja_template::render(std::span<const chat_message> messages, std::span<const chat_tool> tools,
                        bool add_generation_prompt, specials_view specials) const {
   try {
-    auto input = template_input(messages, tools, specials);
+    auto input = template_input(messages, tools, markup_finder{specials});
     if (!input)
       return unexpected(std::move(input).error());
     const auto& inp = *input;
