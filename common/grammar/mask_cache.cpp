@@ -57,8 +57,10 @@ struct mask_cache::state_entry {
   std::vector<std::uint32_t> uncertain;
   std::vector<std::uint32_t> offsets; ///< bytes of uncertain[i]: flat[offsets[i], offsets[i + 1])
   std::string flat;
+  std::vector<std::uint32_t> first;   ///< the first token id of uncertain[i]
+  std::vector<std::uint16_t> lcp;     ///< bytes uncertain[i] shares with uncertain[i - 1]
   std::size_t bytes() const {
-    std::size_t b = accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 8 + flat.size() +
+    std::size_t b = accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 14 + flat.size() +
                     sizeof(state_entry);
     return b;
   }
@@ -206,9 +208,17 @@ std::shared_ptr<const mask_cache::state_entry> mask_cache::combine(std::span<con
       if (!accepted(v.ids_[v.ids_begin_[n]])) out->uncertain.push_back(n);
   std::sort(out->uncertain.begin(), out->uncertain.end());
   out->uncertain.erase(std::unique(out->uncertain.begin(), out->uncertain.end()), out->uncertain.end());
+  std::string_view prev;
   for (std::uint32_t n : out->uncertain) {
+    const std::uint32_t id = v.ids_[v.ids_begin_[n]];
+    const std::string_view t = v.bytes(id);
+    std::size_t l = 0;
+    while (l < prev.size() && l < t.size() && prev[l] == t[l]) ++l;
+    prev = t;
     out->offsets.push_back(static_cast<std::uint32_t>(out->flat.size()));
-    out->flat += v.bytes(v.ids_[v.ids_begin_[n]]);
+    out->flat += t;
+    out->first.push_back(id);
+    out->lcp.push_back(static_cast<std::uint16_t>(l)); // a trie depth is at most 0xFFFF
   }
   out->offsets.push_back(static_cast<std::uint32_t>(out->flat.size()));
   if (dense) {
@@ -356,15 +366,46 @@ void mask_cache::fill(matcher& m, std::span<std::uint64_t> bits) {
   auto bytes_of = [&](std::size_t i) {
     return std::string_view{e.flat}.substr(e.offsets[i], e.offsets[i + 1] - e.offsets[i]);
   };
-  auto is_set = [&](std::size_t i) {
-    const std::uint32_t first = v.ids_[v.ids_begin_[e.uncertain[i]]];
-    return ((bits[first >> 6] >> (first & 63)) & 1) != 0;
-  };
+  auto lcp_of = [&](std::size_t i) { return e.lcp[i]; };
+  auto is_set = [&](std::size_t i) { return ((bits[e.first[i] >> 6] >> (e.first[i] & 63)) & 1) != 0; };
   auto set_node = [&](std::size_t i) {
     for (std::uint32_t j = v.ids_begin_[e.uncertain[i]]; j < v.ids_begin_[e.uncertain[i] + 1]; ++j) set_bit(bits, v.ids_[j]);
   };
+  // Their verdicts depend on the whole state (every stack to its bottom), which inside an
+  // unbounded string stays the same from one token to the next: kept per state spelled out.
+  thread_local std::string whole;
+  whole.clear();
+  if (!e.uncertain.empty()) { // (the whole state determines the entry, and so the list)
+    for (std::uint32_t h = m.heads_begin(k); h < m.history_.back().heads_end; ++h) {
+      for (std::uint32_t n = m.heads_[h]; n != matcher::nil; n = m.nodes_[n].parent) {
+        whole.append(reinterpret_cast<const char*>(&m.nodes_[n].pos), 4);
+        whole.append(reinterpret_cast<const char*>(&m.nodes_[n].count), 4);
+      }
+      whole.append(4, '\xff');
+    }
+    std::lock_guard lock{mu_};
+    if (auto it = verdicts_.find(whole); it != verdicts_.end()) {
+      for (std::uint32_t i : it->second) set_node(i);
+      ++stats_.verdict_hits;
+      if (m.can_end())
+        for (std::uint32_t id : v.end_tokens()) set_bit(bits, id);
+      return;
+    }
+  }
+  thread_local std::vector<std::uint32_t> taken;
+  taken.clear();
+  auto take = [&](std::size_t i) {
+    set_node(i);
+    taken.push_back(static_cast<std::uint32_t>(i));
+  };
   thread_local memo_walk w;
-  if (!w.check(m, e.uncertain.size(), bytes_of, is_set, set_node)) {
+  if (w.check(m, e.uncertain.size(), bytes_of, lcp_of, is_set, take)) {
+    if (!whole.empty()) {
+      std::lock_guard lock{mu_};
+      if (verdicts_.size() >= max_verdicts) verdicts_.clear(); // a bound, not an LRU: refilled in a few tokens
+      verdicts_.emplace(whole, taken);
+    }
+  } else {
     const std::size_t base = m.position();
     std::string_view prev;
     std::size_t ok_len = 0;

@@ -60,6 +60,7 @@ public:
     std::size_t bytes = 0;
     std::size_t hits = 0;
     std::size_t plain_walks = 0; ///< masks answered by fill_mask_memo (no room for an entry, or a walk bound passed)
+    std::size_t verdict_hits = 0; ///< masks whose uncertain tokens' verdicts were known for the whole state
   };
   stats counters() const;
 
@@ -80,6 +81,10 @@ private:
   std::unordered_map<std::string, std::shared_ptr<const entry>> entries_;
   std::unordered_map<std::string, std::shared_ptr<const group_entry>> groups_;
   std::unordered_map<std::string, std::shared_ptr<const state_entry>> states_;
+  /// Per whole matcher state (every stack spelled out) with uncertain tokens: the indices of
+  /// those it takes. At most max_verdicts, then cleared.
+  static constexpr std::size_t max_verdicts = 4096;
+  std::unordered_map<std::string, std::vector<std::uint32_t>> verdicts_;
   stats stats_;
 };
 

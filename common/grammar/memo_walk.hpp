@@ -130,26 +130,28 @@ public:
     return true;
   }
 
-  /// For `count` tokens, bytes_of(i) their bytes (ascending, i.e. in the trie's order) from
-  /// `m`'s current state: on_accept(i) for each the grammar takes; skip(i) true leaves one out.
-  /// A token reuses the states of the bytes it shares with the previous one, and one that
-  /// extends a rejected prefix is rejected unfed. False if a bound was passed (nothing is then
-  /// known).
-  template <class BytesOf, class Skip, class OnAccept>
-  bool check(const matcher& m, std::size_t count, BytesOf&& bytes_of, Skip&& skip, OnAccept&& on_accept) {
+  /// For `count` tokens, bytes_of(i) their bytes (ascending, i.e. in the trie's order) and
+  /// lcp_of(i) the bytes token i shares with token i-1, from `m`'s current state: on_accept(i)
+  /// for each the grammar takes; skip(i) true leaves one out. A token reuses the states of the
+  /// bytes it shares with the previous one, and one that extends a rejected prefix is rejected
+  /// unfed. False if a bound was passed (nothing is then known).
+  template <class BytesOf, class LcpOf, class Skip, class OnAccept>
+  bool check(const matcher& m, std::size_t count, BytesOf&& bytes_of, LcpOf&& lcp_of, Skip&& skip,
+             OnAccept&& on_accept) {
     reset(m, matcher::nil);
     const std::int32_t root = start(m);
     if (root < 0) return false;
     at_depth_.assign(1, root);
-    std::string_view prev;
-    std::size_t ok_len = 0;
+    // `shared`: the prefix the token has in common with the last one looked at (the smallest
+    // lcp since, the tokens being sorted).
+    std::size_t shared = 0, ok_len = 0;
     for (std::size_t i = 0; i < count; ++i) {
+      if (i > 0) shared = std::min<std::size_t>(shared, lcp_of(i));
       if (skip(i)) continue;
-      const std::string_view t = bytes_of(i);
-      std::size_t l = 0;
-      while (l < prev.size() && l < t.size() && prev[l] == t[l]) ++l;
-      prev = t;
+      const std::size_t l = shared;
+      shared = std::numeric_limits<std::size_t>::max();
       if (l > ok_len) continue; // extends a rejected prefix
+      const std::string_view t = bytes_of(i);
       std::size_t d = l;
       if (at_depth_.size() < t.size() + 1) at_depth_.resize(t.size() + 1);
       for (; d < t.size(); ++d) {
