@@ -3,7 +3,8 @@
 // hermes <tool_call> blocks; llama.cpp's Qwen2 vocabulary file has no <tool_call> token, so the
 // blocks are text there), and a qbruntime model on the stand-in SDK with Qwen3's real
 // tokenizer files, where <tool_call> is one token. A named or required tool_choice comes back
-// as message.tool_calls whose arguments are valid for the schema; tool_choice "none" gives
+// as message.tool_calls (streamed: delta.tool_calls) whose arguments are valid for the schema;
+// tool_choice "none" gives
 // content only and never samples the <tool_call> token, which the same grammar without tools
 // does sample.
 #include "tests/integration/http_fixture.hpp"
@@ -175,6 +176,37 @@ TEST_CASE("llamacpp tools: Llama 3.2's own template takes tools; a named or requ
     // The template's tool prompt: the tools and its instructions are in the prompt.
     CHECK(answer["usage"]["prompt_tokens"].get<int>() > 150);
   }
+  // Streamed: the call's id and name first, then its arguments in pieces, as OpenAI streams.
+  auto streamed = tool_request("tiny", {{"type", "function"}, {"function", {{"name", "get_weather"}}}});
+  streamed["stream"] = true;
+  const auto r = d.request("POST", "/v1/chat/completions", streamed.dump());
+  REQUIRE(r.status == 200);
+  json call{{"type", "function"}, {"function", {{"arguments", ""}}}};
+  std::string finish;
+  std::size_t pieces = 0;
+  for (const auto& e : sse_payloads(r.body)) {
+    if (e == "[DONE]")
+      continue;
+    const auto chunk = json::parse(e);
+    const auto& c = chunk["choices"][0];
+    if (c["finish_reason"].is_string())
+      finish = c["finish_reason"];
+    if (!c["delta"].contains("tool_calls"))
+      continue;
+    const auto& d0 = c["delta"]["tool_calls"][0];
+    CHECK(d0["index"] == 0);
+    if (d0.contains("id")) {
+      call["id"] = d0["id"];
+      call["function"]["name"] = d0["function"]["name"];
+    }
+    call["function"]["arguments"] =
+      call["function"]["arguments"].get<std::string>() + d0["function"]["arguments"].get<std::string>();
+    ++pieces;
+  }
+  CHECK(finish == "tool_calls");
+  CHECK(pieces > 2);
+  check_weather_arguments(call);
+
   // The call and its result go back through the template for the next turn.
   json history = tool_request("tiny", "auto");
   history["messages"].push_back(
