@@ -40,10 +40,14 @@ backends::token_id argmax(std::span<const float> logits) noexcept {
   return static_cast<backends::token_id>(best);
 }
 
-// The argmax of the allowed tokens (lowest id on ties; the lowest allowed id when none has a
-// finite logit), as argmax() of the row with the others at -inf would give it.
-backends::token_id argmax_allowed(std::span<const float> logits,
-                                  std::span<const std::uint64_t> allowed) noexcept {
+bool is_banned(std::span<const backends::token_id> banned, std::size_t t) noexcept {
+  return std::binary_search(banned.begin(), banned.end(), static_cast<backends::token_id>(t));
+}
+
+// The argmax of the allowed tokens that are not banned (lowest id on ties; the lowest such id
+// when none has a finite logit), as argmax() of the row with the others at -inf would give it.
+backends::token_id argmax_allowed(std::span<const float> logits, std::span<const std::uint64_t> allowed,
+                                  std::span<const backends::token_id> banned) noexcept {
   const std::size_t n = std::min(logits.size(), allowed.size() * 64);
   std::optional<std::size_t> best;
   float best_v = neg_inf;
@@ -52,17 +56,13 @@ backends::token_id argmax_allowed(std::span<const float> logits,
       const std::size_t i = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
       if (i >= n)
         break;
-      if (!best || logits[i] > best_v) {
+      if ((!best || logits[i] > best_v) && !is_banned(banned, i)) {
         best = i;
         best_v = std::isnan(logits[i]) ? neg_inf : logits[i];
       }
     }
   }
   return static_cast<backends::token_id>(best.value_or(0));
-}
-
-bool is_banned(std::span<const backends::token_id> banned, std::size_t t) noexcept {
-  return std::binary_search(banned.begin(), banned.end(), static_cast<backends::token_id>(t));
 }
 
 // argmax() over the tokens that are not banned (lowest id on ties; 0 when none is finite).
@@ -211,8 +211,8 @@ backends::token_id sampler::sample(std::span<const float> logits,
     !(temperature > 0.0f) || !std::isfinite(temperature) || !std::isfinite(1.0f / temperature);
   const bool plain_greedy = greedy && !params_.logprobs && params_.presence_penalty == 0.0f
                             && params_.frequency_penalty == 0.0f;
-  if (!allowed.empty() && plain_greedy && banned_.empty())
-    return argmax_allowed(logits, allowed); // the masked row's argmax, without copying it
+  if (!allowed.empty() && plain_greedy)
+    return argmax_allowed(logits, allowed, banned_); // the masked row's argmax, without copying it
   if (allowed.empty() && plain_greedy && !banned_.empty())
     return argmax_except(logits, banned_); // likewise without the banned tokens
   std::optional<backends::token_id> forced;

@@ -88,6 +88,15 @@ TEST_CASE("sampler: a ban applies inside a token mask too, and a mask of only ba
   sampler sut{banning({favourite})};
   const auto t = sut.sample(logits, allowed);
   CHECK((t == 3 || t == 150));
+  // The greedy path that does not copy the row agrees with the copying one (logprobs).
+  auto copying = banning({favourite});
+  copying.logprobs = true;
+  CHECK(sampler{copying}.sample(logits, allowed) == t);
+  // Every allowed token banned: none of them, and the same on both paths.
+  const auto only_banned = mask_of({favourite});
+  const auto none = sampler{banning({favourite})}.sample(logits, only_banned);
+  CHECK(none != favourite);
+  CHECK(sampler{copying}.sample(logits, only_banned) == none);
   auto p = banning({favourite});
   p.temperature = 1.0f;
   p.seed = 3;
