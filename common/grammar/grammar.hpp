@@ -43,7 +43,7 @@ struct error {
 /// Bounds that keep a hostile grammar or schema from exhausting memory or time.
 struct limits {
   std::uint32_t max_rules = 1u << 16;
-  std::uint32_t max_elements = 1u << 20;  ///< after expanding repetitions
+  std::uint32_t max_elements = 1u << 20;  ///< of all rules (a counted repetition is one)
   std::uint32_t max_nesting = 64;         ///< parentheses / schema depth
   std::uint32_t max_repetition = 10'000;  ///< the largest m or n in {m,n}
   std::size_t max_text = 1u << 20;        ///< bytes of GBNF text or schema JSON

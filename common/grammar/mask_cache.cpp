@@ -59,6 +59,7 @@ struct mask_cache::state_entry {
   std::string flat;
   std::vector<std::uint32_t> first;   ///< the first token id of uncertain[i]
   std::vector<std::uint16_t> lcp;     ///< bytes uncertain[i] shares with uncertain[i - 1]
+  std::uint32_t longest = 0;          ///< bytes of the longest uncertain token
   std::size_t bytes() const {
     std::size_t b = accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 14 + flat.size() +
                     sizeof(state_entry);
@@ -219,6 +220,7 @@ std::shared_ptr<const mask_cache::state_entry> mask_cache::combine(std::span<con
     out->flat += t;
     out->first.push_back(id);
     out->lcp.push_back(static_cast<std::uint16_t>(l)); // a trie depth is at most 0xFFFF
+    out->longest = std::max(out->longest, static_cast<std::uint32_t>(t.size()));
   }
   out->offsets.push_back(static_cast<std::uint32_t>(out->flat.size()));
   if (dense) {
@@ -373,13 +375,25 @@ void mask_cache::fill(matcher& m, std::span<std::uint64_t> bits) {
   };
   // Their verdicts depend on the whole state (every stack to its bottom), which inside an
   // unbounded string stays the same from one token to the next: kept per state spelled out.
+  // A repetition's count is spelled as the room it leaves and the items it still needs, each
+  // clipped past the longest uncertain token: a token of b bytes starts at most b items, so
+  // counts that differ only beyond that give the same verdicts (long bounded strings share them).
   thread_local std::string whole;
   whole.clear();
   if (!e.uncertain.empty()) { // (the whole state determines the entry, and so the list)
+    const std::uint32_t clip = e.longest + 1;
     for (std::uint32_t h = m.heads_begin(k); h < m.history_.back().heads_end; ++h) {
       for (std::uint32_t n = m.heads_[h]; n != matcher::nil; n = m.nodes_[n].parent) {
-        whole.append(reinterpret_cast<const char*>(&m.nodes_[n].pos), 4);
-        whole.append(reinterpret_cast<const char*>(&m.nodes_[n].count), 4);
+        const matcher::node& node = m.nodes_[n];
+        std::uint32_t room = 0, least = 0;
+        if (elements[node.pos].k == element::kind::repeat) {
+          const repetition& r = g_->rep(elements[node.pos].arg);
+          room = std::min(r.max - node.count, clip);
+          least = std::min(r.min > node.count ? r.min - node.count : 0, clip);
+        }
+        whole.append(reinterpret_cast<const char*>(&node.pos), 4);
+        whole.append(reinterpret_cast<const char*>(&room), 4);
+        whole.append(reinterpret_cast<const char*>(&least), 4);
       }
       whole.append(4, '\xff');
     }

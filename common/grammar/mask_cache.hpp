@@ -23,7 +23,9 @@
 // A state's mask combines the entries of its stacks; the combination (one accepted bitset, the
 // counted tokens per repetition frame, the uncertain tokens with their bytes laid out in trie
 // order) is kept too, keyed by the state's stack keys, so a mask costs one or two bitset ORs
-// plus the check of the uncertain tokens.
+// plus the check of the uncertain tokens. That check's verdicts are kept per whole matcher
+// state (every stack spelled out; at most 4096 states, then forgotten): inside an unbounded
+// string the state repeats from one token to the next.
 //
 // Entries are built with memo_walk the first time their key is met. Memory is bounded by
 // `max_bytes`; past it, no entry is added and a missing one is answered by fill_mask_memo.

@@ -6,11 +6,11 @@
 //   kvlane-grammarbench [--vocab FILE.gguf] [--tokens N] [--seed S] [--no-max-length]
 //                       [--schema FILE.json] [--cache-only]
 //
-// --schema replaces the built-in schema; --cache-only times the mask cache alone (checked
-// against the naive mask on the sampled steps), for profiling and quick runs.
-// --no-max-length drops every minLength/maxLength from the schema (strings then share their
-// grammar positions, which is what the mask cache exploits; most schemas from Pydantic or
-// OpenAI's strict mode have no length bounds).
+// --schema replaces the built-in schema (tools/grammarbench/shapes_schema.json has other shapes:
+// many enums, nested arrays, long free strings); --cache-only times the mask cache alone
+// (checked against the naive mask on the sampled steps), for profiling and quick runs.
+// --no-max-length drops every minLength/maxLength from the schema (most schemas from Pydantic
+// or OpenAI's strict mode have none).
 
 #include "common/grammar/json_schema.hpp"
 #include "common/grammar/mask_cache.hpp"

@@ -150,3 +150,26 @@ TEST_CASE("grammar repetition: masks at every count of a bounded string equal th
   REQUIRE(m.feed("a\""));
   CHECK(masks_agree() == list{"<end>"});
 }
+
+TEST_CASE("grammar repetition: along a long bounded string the cache reuses verdicts and stays exact to the bound") {
+  // Tokens that close the string and go on ("a\"=", "\"=\"") are checked against the real
+  // state; their verdicts are kept per state with the count clipped past the longest of them,
+  // which must not change a mask near the bound (room 3, 2, 1, 0).
+  auto g = gbnf("root ::= str \"=\" str\nstr ::= \"\\\"\" [a-z]{1,40} \"\\\"\"\n");
+  const std::vector<std::string> tokens{"\"", "a", "aa", "aaaa", "a\"", "a\"=", "aa\"=\"a", "\"=", "\"=\"", "\"=\"a", ""};
+  const std::vector<std::uint32_t> end{10};
+  auto v = std::make_shared<const vocabulary>(tokens, end);
+  mask_cache cache{g, v};
+  std::vector<std::uint64_t> naive(v->words()), cached(v->words());
+  matcher m{g};
+  REQUIRE(m.feed('"'));
+  for (int count = 0; count <= 40; ++count) {
+    fill_mask_naive(m, *v, naive);
+    cache.fill(m, cached);
+    REQUIRE_MESSAGE(cached == naive, "after ", count, " letters");
+    if (count < 40) REQUIRE(m.feed('a'));
+  }
+  CHECK(cache.counters().verdict_hits > 20); // the counts far from the bound share their verdicts
+  fill_mask_naive(m, *v, naive);
+  CHECK(allowed(*v, naive) == std::vector<std::string>{"\"", "\"=", "\"=\"", "\"=\"a"});
+}
