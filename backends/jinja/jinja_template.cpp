@@ -149,7 +149,7 @@ expected<common_json, backend_error> template_input(std::span<const chat_message
         fn["name"] = c.name;
         fn["arguments"] = engine_json(*args);
         call["function"] = std::move(fn);
-        calls.push_back(call);
+        calls.push_back(std::move(call));
       }
       j["tool_calls"] = std::move(calls);
     }
@@ -157,7 +157,7 @@ expected<common_json, backend_error> template_input(std::span<const chat_message
       j["tool_call_id"] = m.tool_call_id;
     if (!m.tool_name.empty())
       j["name"] = m.tool_name;
-    list.push_back(j);
+    list.push_back(std::move(j));
   }
   in["messages"] = std::move(list);
   if (!tools.empty()) {
@@ -182,7 +182,7 @@ expected<common_json, backend_error> template_input(std::span<const chat_message
       common_json tool = common_json::object();
       tool["type"] = "function";
       tool["function"] = std::move(fn);
-      out.push_back(tool);
+      out.push_back(std::move(tool));
     }
     in["tools"] = std::move(out);
   }
