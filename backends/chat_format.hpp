@@ -3,9 +3,10 @@
 // kvlane::backends::chat_format — turns a conversation into a model's prompt tokens.
 //
 // Problem it solves: an instruct model only follows a conversation written in
-// the exact format it was trained on (its Jinja chat template). kvlane has no
-// Jinja engine; it renders the formats of the model families it serves with
-// built-in formatters that produce the same tokens as the templates:
+// the exact format it was trained on (its Jinja chat template). The model's own
+// template is rendered by llama.cpp's Jinja engine (formats automatic and
+// template, jinja/jinja_template.hpp); the formats of the model families kvlane
+// serves are also built in, producing the same tokens as the templates:
 //
 //  - chatml (Qwen2.5, Qwen3 without tools or reasoning traces):
 //      <|im_start|>{role}\n{content}<|im_end|>\n ... [<|im_start|>assistant\n]
