@@ -61,9 +61,7 @@ struct mask_cache::state_entry {
   std::vector<std::uint16_t> lcp;     ///< bytes uncertain[i] shares with uncertain[i - 1]
   std::uint32_t longest = 0;          ///< bytes of the longest uncertain token
   std::size_t bytes() const {
-    std::size_t b = accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 14 + flat.size() +
-                    sizeof(state_entry);
-    return b;
+    return accepted_bits.size() * 8 + accepted_ids.size() * 4 + uncertain.size() * 14 + flat.size() + sizeof(state_entry);
   }
 };
 
@@ -219,7 +217,7 @@ std::shared_ptr<const mask_cache::state_entry> mask_cache::combine(std::span<con
     out->offsets.push_back(static_cast<std::uint32_t>(out->flat.size()));
     out->flat += t;
     out->first.push_back(id);
-    out->lcp.push_back(static_cast<std::uint16_t>(l)); // a trie depth is at most 0xFFFF
+    out->lcp.push_back(static_cast<std::uint16_t>(std::min<std::size_t>(l, 0xFFFF))); // less sharing is still exact
     out->longest = std::max(out->longest, static_cast<std::uint32_t>(t.size()));
   }
   out->offsets.push_back(static_cast<std::uint32_t>(out->flat.size()));
