@@ -1,19 +1,13 @@
 #include "actors/scheduler.hpp"
 
-#include "actors/cost_model.hpp"
 #include "actors/exception_handler.hpp"
-#include "actors/fault_policy.hpp"
-#include "actors/kv_keeper.hpp"
-#include "actors/lane.hpp"
-#include "actors/mlfq_policy.hpp"
-#include "actors/output_lengths.hpp"
+#include "actors/next_token.hpp"
+#include "actors/plan_candidates.hpp"
 #include "actors/preemption_figures.hpp"
-#include "actors/overlap_meter.hpp"
+#include "actors/scheduler_state.hpp"
 #include "actors/sequence_lifecycle.hpp"
-#include "actors/sequence_table.hpp"
 #include "actors/slot_planner.hpp"
 #include "actors/step_composer.hpp"
-#include "actors/transfer_tracker.hpp"
 #include "common/elapsed.hpp"
 #include "common/logging.hpp"
 
@@ -40,51 +34,6 @@ using replan_atom = caf::atom_constant<caf::atom("replan")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
 /// The idle-expiry timer of retained KV; carries the ticket it was armed with.
 using expire_atom = caf::atom_constant<caf::atom("expire")>;
-
-struct scheduler_state {
-  static inline const char* name = "scheduler";
-
-  scheduler_setup setup;
-  backends::backend_info info;
-  std::shared_ptr<spdlog::logger> log;
-  lane_actor compute;
-  lane_actor transfer;
-  scheduler_mode mode = scheduler_mode::overlap;
-  actors::mode_rules rules; ///< what the mode decides (actors/policy)
-  bool serialized = false; ///< transfers share the compute lane (sync, or no overlap)
-  bool fallback = false;   ///< overlap mode on a backend that cannot overlap
-  mlfq_policy mlfq;
-  sequence_table seqs;           ///< the live sequences, their slots and rank order
-  std::optional<kv_keeper> kv;   ///< retained entries and parked snapshots (set at start)
-  transfer_tracker transfers;    ///< dumps and loads in flight
-  std::uint32_t max_step_tokens = 0;
-  bool batch_prefill_yields = false;
-  std::uint32_t spare = 1;
-  slo_targets slo; ///< [scheduler.slo]: what a preemption must save
-  bool slo_gates = true;
-
-  std::uint64_t step_number = 0;
-  bool step_in_flight = false;
-  clock::time_point step_started;
-  /// The masks computed while the step in flight runs: how many, and when the last was done.
-  std::uint32_t step_masks = 0;
-  clock::time_point step_masks_done;
-  cost_model costs;
-  output_lengths outputs; ///< finished lengths, for how long a resident runs on
-  scheduler_stats stats;
-  bool shutting_down = false;
-  std::optional<caf::response_promise> flushed; ///< flush_warm_atom: replied when no entry is warm
-  bool replan_queued = false; ///< a replan_atom is in the mailbox
-  bool plan_stale = false;    ///< submits arrived since the last plan
-
-  overlap_meter overlap; ///< how much transfer time the steps hid
-
-  fault_policy faults;            ///< what failed steps lead to (actors/fault_policy)
-  bool probe_timer_armed = false; ///< a probe_atom is on its way
-  std::string last_step_error;    ///< the backend's message for the last failed step
-
-  std::uint64_t expiry_ticket = 0; ///< the armed expiry timer's; older ones are stale
-};
 
 using scheduler_actor = caf::stateful_actor<scheduler_state>;
 
@@ -176,59 +125,34 @@ public:
       life_.charge_step(*s);
       if (s->kv_len < s->tokens.size())
         continue; // a prefill chunk that is not the last one
-      auto* grammar = s->constrained.get();
-      if (grammar && !grammar->mask_ready()) {
-        const auto t0 = clock::now();
-        grammar->prepare_mask();
-        st_.stats.masks.observe(us_between(t0, clock::now()), false);
-      }
-      if (grammar && grammar->stuck()) {
-        // Complete on a vocabulary without end tokens: a stop; else no token can go on.
+      const auto next = next_token(*s, done.out.row(i));
+      if (next.mask_us)
+        st_.stats.masks.observe(*next.mask_us, false);
+      if (next.k != next_token_outcome::kind::end)
+        take_token(*s, next.token);
+      if (next.k != next_token_outcome::kind::token) {
         life_.retain_or_release(*s, clock::now());
-        if (grammar->complete())
-          life_.finish(*s, end_reason::stop, {}, clock::now());
-        else
-          life_.finish(*s, end_reason::error, "the output grammar allows no token of the "
-                                              "model's vocabulary here", clock::now());
-        continue;
-      }
-      auto tok = grammar ? s->smp.sample(done.out.row(i), grammar->mask())
-                         : s->smp.sample(done.out.row(i));
-      if (s->smp.is_stop(tok) || (grammar && grammar->is_end(tok))) {
-        life_.retain_or_release(*s, clock::now());
-        life_.finish(*s, end_reason::stop, {}, clock::now());
-        continue;
-      }
-      const auto outcome =
-        grammar ? grammar->advance(tok) : constrained_output::outcome::more;
-      if (outcome == constrained_output::outcome::broken) {
-        life_.retain_or_release(*s, clock::now());
-        life_.finish(*s, end_reason::error, "a sampled token left the output grammar",
-                     clock::now());
-        continue;
-      }
-      s->tokens.push_back(tok);
-      st_.seqs.note_head(*s);
-      if (s->generated++ == 0)
-        s->first_token = clock::now();
-      ++st_.stats.tokens_generated;
-      if (s->smp.params().logprobs)
-        self_->send(s->session, tokens_atom::value, std::vector<token_id>{tok},
-                    std::vector<token_logprobs>{s->smp.last_logprobs()});
-      else
-        self_->send(s->session, tokens_atom::value, std::vector<token_id>{tok});
-      if (outcome == constrained_output::outcome::complete) {
-        life_.retain_or_release(*s, clock::now());
-        life_.finish(*s, end_reason::stop, {}, clock::now());
-      } else if (s->generated >= s->smp.params().max_tokens) {
-        life_.retain_or_release(*s, clock::now());
-        life_.finish(*s, end_reason::length, {}, clock::now());
+        life_.finish(*s, next.end, std::string{next.error}, clock::now());
       }
     }
     life_.apply_fault_actions(verdict, clock::now());
     if (st_.mlfq.ages())
       st_.seqs.age(st_.mlfq.knobs().aging_steps);
     schedule();
+  }
+
+  // Appends a sampled token to `s` and sends it to its session.
+  void take_token(sequence& s, token_id tok) {
+    s.tokens.push_back(tok);
+    st_.seqs.note_head(s);
+    if (s.generated++ == 0)
+      s.first_token = clock::now();
+    ++st_.stats.tokens_generated;
+    if (s.smp.params().logprobs)
+      self_->send(s.session, tokens_atom::value, std::vector<token_id>{tok},
+                  std::vector<token_logprobs>{s.smp.last_logprobs()});
+    else
+      self_->send(s.session, tokens_atom::value, std::vector<token_id>{tok});
   }
 
   void on_probe() {
@@ -448,34 +372,15 @@ private:
     if (limit == 0)
       for (auto* s : st_.seqs.residents_in_rank_order(order))
         order.push_back(s);
-    std::vector<slot_candidate> candidates;
-    candidates.reserve(order.size());
     // Objectives gate the MLFQ modes' preemption; recompute stays the vLLM peer it models.
     const bool gated = st_.slo_gates && st_.rules.order == rank_order::mlfq;
     const preemption_figures figures{st_.costs, st_.outputs, gated ? &st_.slo : nullptr,
                                      slot_holders().size(),
                                      st_.info.max_prefill_chunk, st_.serialized};
-    const auto now = clock::now();
-    for (auto* s : order) {
-      slot_candidate c{s->id, s->state, s->slot, s->in_step, false};
-      c.cls = s->position.cls;
-      const bool waiting = s->state == kv_state::queued || s->state == kv_state::parked;
-      if (s->state == kv_state::resident || waiting) {
-        const auto since = s->generated > 0 ? s->first_token : s->arrived;
-        const resident_progress progress{
-          s->kv_len, s->tokens.size(), s->generated, s->smp.params().max_tokens,
-          st_.setup.backend->snapshot_size(s->kv_len), s->position.cls,
-          std::chrono::duration<double, std::milli>(now - since).count()};
-        if (waiting) {
-          figures.fill_waiting(progress, s->state == kv_state::parked, c);
-        } else {
-          if (!s->in_step)
-            c.recompute_cheaper = would_recompute(*s);
-          figures.fill(progress, c);
-        }
-      }
-      candidates.push_back(c);
-    }
+    const candidate_inputs inputs{
+      [this](std::uint32_t n) { return st_.setup.backend->snapshot_size(n); },
+      [this](const sequence& s) { return would_recompute(s); }};
+    const auto candidates = plan_candidates(order, figures, inputs, clock::now());
     // A warm slot is held for the planner; reclaim_warm freed what it needs.
     std::vector<std::optional<seq_id>> owners(st_.seqs.owners().begin(), st_.seqs.owners().end());
     for (slot_id i = 0; i < owners.size(); ++i)

@@ -1,8 +1,8 @@
 // The per-sequence grammar state: masks from the start and after a trigger, triggers that span
 // tokens or share a token with free text, completion, rollback, partial UTF-8 tokens.
 #include "actors/constrained_decoding.hpp"
-#include "common/grammar/gbnf.hpp"
 #include "common/grammar/json_schema.hpp"
+#include "tests/unit/actors/vocab_fixture.hpp"
 
 #include <doctest/doctest.h>
 
@@ -13,49 +13,10 @@
 using namespace kvlane;
 using actors::constrained_output;
 using outcome = actors::constrained_output::outcome;
+using test::gbnf;
+using test::vocab_fixture;
 
 namespace {
-
-std::shared_ptr<const grammar::grammar> gbnf(std::string_view text) {
-  auto g = grammar::compile_gbnf(text);
-  REQUIRE_MESSAGE(g.has_value(), (g ? std::string{} : g.error().message()));
-  return *g;
-}
-
-/// A small vocabulary: token i is tokens[i]; "" is a special token; `end` the end token.
-struct vocab_fixture {
-  std::vector<std::string> tokens;
-  std::uint32_t end = 0;
-  std::shared_ptr<const grammar::vocabulary> vocab;
-
-  explicit vocab_fixture(std::vector<std::string> t) : tokens(std::move(t)) {
-    tokens.push_back(""); // the end token: no bytes
-    end = static_cast<std::uint32_t>(tokens.size() - 1);
-    const std::vector<std::uint32_t> ends{end};
-    vocab = std::make_shared<const grammar::vocabulary>(tokens, ends);
-  }
-  std::uint32_t id(std::string_view text) const {
-    for (std::uint32_t i = 0; i < tokens.size(); ++i)
-      if (tokens[i] == text)
-        return i;
-    FAIL("no token " << text);
-    return 0;
-  }
-  constrained_output make(std::shared_ptr<const grammar::grammar> g,
-                          std::vector<std::string> triggers = {}, bool end_when_complete = true) {
-    auto c = std::make_shared<actors::output_constraint>();
-    c->grammar = g;
-    c->triggers = std::move(triggers);
-    c->end_when_complete = end_when_complete;
-    actors::constraint_setup s;
-    s.constraint = c;
-    s.vocabulary = vocab;
-    s.masks = std::make_shared<grammar::mask_cache>(g, vocab);
-    if (!c->triggers.empty())
-      s.triggers = std::make_shared<const actors::trigger_table>(c->triggers, *vocab);
-    return constrained_output{s};
-  }
-};
 
 bool allows(std::span<const std::uint64_t> bits, std::uint32_t id) {
   return (bits[id >> 6] >> (id & 63)) & 1u;

@@ -1,0 +1,39 @@
+#pragma once
+
+// kvlane::actors::plan_candidates — the slot planner's view of the ranked sequences.
+//
+// Problem it solves: the planner (actors/slot_planner) decides on values, not on sequences: each
+// one's state, slot and class, and for residents and waiting ones the figures a preemption is
+// decided on (actors/preemption_figures: eviction cost, expected end, slack, service time).
+// This turns the scheduler's sequences into those values at one instant, so the scheduler only
+// gathers the ranked list and hands the result to the planner.
+//
+// Pure given its inputs (the instant is a parameter). Threading: the scheduler's thread.
+
+#include "actors/preemption_figures.hpp"
+#include "actors/slot_planner.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+namespace kvlane::actors {
+
+struct sequence;
+
+struct candidate_inputs {
+  /// A snapshot's size for this many positions (the backend's snapshot_size).
+  std::function<std::uint64_t(std::uint32_t kv_len)> snapshot_size;
+  /// Whether an eviction of this resident would recompute rather than swap (the cost model).
+  std::function<bool(const sequence&)> recompute_cheaper;
+};
+
+/// The candidates of `order` (ranked, best first) at `now`, in the same order.
+std::vector<slot_candidate> plan_candidates(std::span<sequence* const> order,
+                                            const preemption_figures& figures,
+                                            const candidate_inputs& in,
+                                            std::chrono::steady_clock::time_point now);
+
+} // namespace kvlane::actors
