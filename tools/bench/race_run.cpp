@@ -1,5 +1,7 @@
 #include "tools/bench/race_run.hpp"
 
+#include "tools/admin_connection.hpp"
+#include "tools/bench/admin_status.hpp"
 #include "tools/bench/completion_stream.hpp"
 #include "tools/bench/http_driver.hpp"
 #include "tools/bench/ipc_driver.hpp"
@@ -120,6 +122,8 @@ public:
     ro.label = fmt::format("{} on {}", w.name, to_string(kind));
     progress_(fmt::format("{}: {} requests", ro.label, w.requests.size()));
     auto run = run_http(ro, w.requests);
+    if (kind == server_kind::kvlane && w.trace)
+      notes_.push_back(scheduler_note(s, w.name));
     const bool alive = s.running();
     auto stopped = s.stop();
     if (!run)
@@ -134,6 +138,27 @@ public:
       notes_.push_back(fmt::format("{}: {} did not finish within the run's bound", w.name,
                                    to_string(kind)));
     return run;
+  }
+
+  /// What kvlaned's scheduler did during a trace workload (its admin `status`): where the
+  /// device's time went besides steps, for reading a throughput figure.
+  std::string scheduler_note(const race_server& s, std::string_view workload) const {
+    using namespace std::chrono_literals;
+    auto admin = admin_connection::open(s.admin_socket());
+    if (!admin)
+      return fmt::format("{}: kvlane's status: {}", workload, admin.error().message);
+    auto reply = admin->command("status", 10s);
+    auto st = reply ? stats_from_status(*reply, o_.model)
+                    : expected<actors::scheduler_stats, std::string>{unexpected(reply.error().message)};
+    if (!st)
+      return fmt::format("{}: kvlane's status: {}", workload, st.error());
+    return fmt::format("{}: kvlane's scheduler: {} steps ({:.0f} ms busy), {} tokens generated, "
+                       "{} prefilled; {} preemptions ({} swaps, {} recomputes); {} dumps ({:.0f} "
+                       "ms), {} loads ({:.0f} ms); retained KV: {} hits ({} warm), {} dumped, {} dropped",
+                       workload, st->steps, st->step_busy_ms, st->tokens_generated,
+                       st->prefill_tokens, st->preemptions, st->swaps, st->recomputes, st->dumps,
+                       st->dump_ms_total, st->loads, st->load_ms_total, st->reuse_hits,
+                       st->reuse_warm_hits, st->retained_dumps, st->retained_dropped);
   }
 
   /// Every server of the race on `w`. A trace workload runs whole on each

@@ -54,6 +54,10 @@ race_server::race_server(server_kind kind, std::optional<temp_dir> dir, child_pr
                          http_endpoint ep)
   : kind_(kind), dir_(std::move(dir)), child_(std::move(child)), endpoint_(std::move(ep)) {}
 
+std::string race_server::admin_socket() const {
+  return kind_ == server_kind::kvlane && dir_ ? dir_->path() + "/run/kvlane-admin.sock" : std::string{};
+}
+
 race_server::~race_server() {
   if (!stopped_)
     (void)stop();

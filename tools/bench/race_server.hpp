@@ -60,6 +60,8 @@ public:
   server_kind kind() const noexcept { return kind_; }
   /// Seconds from the start to /health answering 200.
   double ready_s() const noexcept { return ready_s_; }
+  /// kvlaned's admin socket (empty for llama-server).
+  std::string admin_socket() const;
   /// The configuration kvlaned was started with (empty for llama-server).
   const std::string& config_text() const noexcept { return config_text_; }
 
