@@ -131,6 +131,21 @@ bench-llama: bench-build
 	  --mooncake-trace $(BENCH_CONV_TRACE) --interactive-share 0.2 \
 	  --json $(BENCH_DIR)/llama.json $(BENCH_FLAGS)
 
+# Structured output's cost to decoding: one stream with a JSON Schema against the same stream
+# without one, on the sim at real-time speed, then on a bench GGUF carrying Llama 3.1's chat
+# template against llama-server's own json_schema on the same file (docs/benchmarks.md).
+.PHONY: bench-schema
+bench-schema: bench-build
+	@mkdir -p $(BENCH_DIR)
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kvlane-schemabench kvlane-make-gguf
+	@test -f $(BENCH_DIR)/bench-llama-chat.gguf || { set -e; prefix=$$(./scripts/llama-cpp); \
+	  ./$(BUILD_DIR)/kvlane-make-gguf --vocab $$prefix/src/models/ggml-vocab-llama-bpe.gguf \
+	    --size bench --chat-template $$prefix/src/models/templates/meta-llama-Llama-3.1-8B-Instruct.jinja \
+	    --out $(BENCH_DIR)/bench-llama-chat.gguf; }
+	./$(BUILD_DIR)/kvlane-schemabench --sim
+	./$(BUILD_DIR)/kvlane-schemabench --gguf $(BENCH_DIR)/bench-llama-chat.gguf --threads $(JOBS) \
+	  --llama-server "$$(./scripts/llama-cpp)/build/bin/llama-server"
+
 sanitize: bootstrap
 	cmake -S . -B $(SAN_DIR) -DKVLANE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
 	  -DKVLANE_QBRUNTIME=$(QBRUNTIME) -DKVLANE_LLAMACPP=$(LLAMACPP) $(CMAKE_FLAGS)

@@ -152,13 +152,11 @@ public:
                     : expected<actors::scheduler_stats, std::string>{unexpected(reply.error().message)};
     if (!st)
       return fmt::format("{}: kvlane's status: {}", workload, st.error());
-    return fmt::format("{}: kvlane's scheduler: {} steps ({:.0f} ms busy), {} tokens generated, "
-                       "{} prefilled; {} preemptions ({} swaps, {} recomputes); {} dumps ({:.0f} "
-                       "ms), {} loads ({:.0f} ms); retained KV: {} hits ({} warm), {} dumped, {} dropped",
-                       workload, st->steps, st->step_busy_ms, st->tokens_generated,
-                       st->prefill_tokens, st->preemptions, st->swaps, st->recomputes, st->dumps,
-                       st->dump_ms_total, st->loads, st->load_ms_total, st->reuse_hits,
-                       st->reuse_warm_hits, st->retained_dumps, st->retained_dropped);
+    return fmt::format("{}: kvlane's scheduler: {} steps ({:.0f} ms busy, {:.2f} tokens generated "
+                       "per step), {} preemptions ({} swaps, {} recomputes), {:.0f} ms of transfers",
+                       workload, st->steps, st->step_busy_ms,
+                       st->steps ? double(st->tokens_generated) / double(st->steps) : 0.0,
+                       st->preemptions, st->swaps, st->recomputes, st->transfer_ms);
   }
 
   /// Every server of the race on `w`. A trace workload runs whole on each

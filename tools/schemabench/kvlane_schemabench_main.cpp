@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <filesystem>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -98,6 +99,12 @@ expected<options, std::string> parse(int argc, char** argv) {
     return unexpected(std::string{"--llama-server needs --gguf (llama-server serves GGUF files)"});
   if (o.kvlaned.empty())
     o.kvlaned = bench::default_kvlaned_path();
+  if (!o.gguf.empty()) { // both servers are started in directories of their own
+    std::error_code ec;
+    auto abs = std::filesystem::absolute(o.gguf, ec);
+    if (!ec)
+      o.gguf = abs.lexically_normal().string();
+  }
   return o;
 }
 
