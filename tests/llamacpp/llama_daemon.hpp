@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <memory>
 #include <regex>
 #include <string>
@@ -16,28 +17,43 @@
 
 namespace kvlane::test {
 
-/// The daemon's config: model "tiny" (2 slots of 512 tokens, 2 threads) with HTTP at `listen`
-/// ("127.0.0.1:0" picks a free port; "" = off), then `extra` TOML.
-inline std::string tiny_llama_config(const std::string& run_dir, std::string_view listen,
-                                     std::string_view extra = {}) {
+/// A llamacpp model of the tests: its name, GGUF and tokens per slot.
+struct llama_test_model {
+  std::string_view name = "tiny";
+  std::string_view gguf = KVLANE_TEST_GGUF;
+  std::uint32_t context = 512;
+};
+
+/// A daemon config serving `m` (2 slots, 2 threads, batch 64), then `extra` TOML, with HTTP at
+/// `listen` ("127.0.0.1:0" picks a free port; "" = off) and `http_extra` lines in [http].
+inline std::string llama_model_config(const std::string& run_dir, const llama_test_model& m,
+                                      std::string_view listen, std::string_view extra = {},
+                                      std::string_view http_extra = {}) {
   return fmt::format(R"(version = 1
 [daemon]
 runtime_dir = "{}"
 worker_threads = 2
 [[model]]
-name = "tiny"
+name = "{}"
 backend = "llamacpp"
 [model.llamacpp]
 gguf = "{}"
 slots = 2
-context = 512
+context = {}
 threads = 2
 batch = 64
 {}
 [http]
 listen = "{}"
+{}
 )",
-                     run_dir, KVLANE_TEST_GGUF, extra, listen);
+                     run_dir, m.name, m.gguf, m.context, extra, listen, http_extra);
+}
+
+/// The same for model "tiny" (tests/llamacpp/llama_model.hpp's GGUF, 512 tokens per slot).
+inline std::string tiny_llama_config(const std::string& run_dir, std::string_view listen,
+                                     std::string_view extra = {}) {
+  return llama_model_config(run_dir, {}, listen, extra);
 }
 
 /// kvlaned on `config`, started and ready.

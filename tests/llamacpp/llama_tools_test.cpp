@@ -8,6 +8,7 @@
 // content only and never samples the <tool_call> token, which the same grammar without tools
 // does sample.
 #include "tests/integration/http_fixture.hpp"
+#include "tests/llamacpp/llama_daemon.hpp"
 #include "tests/llamacpp/llama_model.hpp"
 #include "tests/support/qbr_fixture.hpp"
 
@@ -54,24 +55,8 @@ void check_weather_arguments(const json& call) {
 }
 
 std::string llama_config(const std::string& run_dir) {
-  return fmt::format(R"(version = 1
-[daemon]
-runtime_dir = "{}"
-worker_threads = 2
-[[model]]
-name = "tiny"
-backend = "llamacpp"
-[model.llamacpp]
-gguf = "{}"
-slots = 2
-context = 512
-threads = 2
-batch = 64
-[http]
-listen = "127.0.0.1:0"
-api_key = "{}"
-)",
-                     run_dir, KVLANE_TEST_GGUF, api_key);
+  return kvlane::test::llama_model_config(run_dir, {}, "127.0.0.1:0", {},
+                                          fmt::format("api_key = \"{}\"", api_key));
 }
 
 /// The tiny Qwen GGUF, written once per test process.
@@ -94,24 +79,9 @@ std::string qwen_gguf() {
 }
 
 std::string qwen_config(const std::string& run_dir) {
-  return fmt::format(R"(version = 1
-[daemon]
-runtime_dir = "{}"
-worker_threads = 2
-[[model]]
-name = "qwen"
-backend = "llamacpp"
-[model.llamacpp]
-gguf = "{}"
-slots = 2
-context = 1024
-threads = 2
-batch = 64
-[http]
-listen = "127.0.0.1:0"
-api_key = "{}"
-)",
-                     run_dir, qwen_gguf(), api_key);
+  static const std::string gguf = qwen_gguf();
+  return kvlane::test::llama_model_config(run_dir, {"qwen", gguf, 1024}, "127.0.0.1:0", {},
+                                          fmt::format("api_key = \"{}\"", api_key));
 }
 
 // A qbruntime model on the stand-in SDK with the real Qwen3 tokenizer files (its
