@@ -2,6 +2,7 @@
 
 #include "common/grammar/gbnf.hpp"
 #include "common/grammar/regex.hpp"
+#include "common/grammar/schema_overlap.hpp"
 #include "common/grammar/utf8_ranges.hpp"
 
 #include <nlohmann/json.hpp>
@@ -235,11 +236,10 @@ private:
       if (std::string_view{key} == "oneOf") {
         // Generated as a plain alternation, which is exact only when no value matches two
         // branches: required here, judged by the kinds of value each branch admits.
-        std::vector<value_kinds> kinds;
-        for (const auto& a : alts) kinds.push_back(kinds_of(a, 0));
-        for (std::size_t i = 0; i < kinds.size(); ++i)
-          for (std::size_t j = i + 1; j < kinds.size(); ++j)
-            if (kinds[i].overlaps(kinds[j]) && !discriminated(alts[i], alts[j]))
+        const schema_overlap overlap{root_, opt_.lim.max_nesting};
+        for (std::size_t i = 0; i < alts.size(); ++i)
+          for (std::size_t j = i + 1; j < alts.size(); ++j)
+            if (!overlap.disjoint(alts[i], alts[j]))
               return fail(p, "'oneOf' branches " + std::to_string(i) + " and " + std::to_string(j) +
                                  " may both match a value (oneOf is supported when its branches differ by type, by constant value or by a required property's constant value; use anyOf)");
       }
@@ -289,108 +289,6 @@ private:
       body += (body.empty() ? "" : " | ") + *one;
     }
     return types.size() == 1 ? body : "(" + body + ")";
-  }
-
-  /// What values a schema may admit, coarsely: a set of JSON types, or (for const and enum)
-  /// the exact values. Two schemas whose kinds do not overlap admit no common value.
-  struct value_kinds {
-    static constexpr unsigned object = 1, array = 2, string = 4, number = 8, boolean = 16, null = 32, all = 63;
-    unsigned types = 0;                    ///< types admitted by a non-constant part
-    std::vector<json> values;              ///< constants admitted besides
-    static unsigned type_of(const json& v) {
-      if (v.is_object()) return object;
-      if (v.is_array()) return array;
-      if (v.is_string()) return string;
-      if (v.is_number()) return number;
-      if (v.is_boolean()) return boolean;
-      return null;
-    }
-    bool overlaps(const value_kinds& o) const {
-      if (types & o.types) return true;
-      for (const auto& v : values)
-        if ((o.types & type_of(v)) || std::find_if(o.values.begin(), o.values.end(), [&](const json& w) {
-              return v == w || (v.is_number() && w.is_number() && v.get<double>() == w.get<double>());
-            }) != o.values.end())
-          return true;
-      for (const auto& w : o.values)
-        if (types & type_of(w)) return true;
-      return false;
-    }
-  };
-
-  value_kinds kinds_of(const json& s, std::uint32_t depth) const {
-    value_kinds k;
-    if (depth > opt_.lim.max_nesting || !s.is_object()) { k.types = value_kinds::all; return k; }
-    if (s.contains("$ref") && s["$ref"].is_string()) {
-      const std::string target = s["$ref"].get<std::string>();
-      try {
-        if (!target.empty() && target[0] == '#') return kinds_of(root_.at(json::json_pointer(target.substr(1))), depth + 1);
-      } catch (const std::exception&) {
-      }
-      k.types = value_kinds::all; // reported when the branch itself is compiled
-      return k;
-    }
-    if (s.contains("const")) { k.values.push_back(s["const"]); return k; }
-    if (s.contains("enum") && s["enum"].is_array()) { k.values.assign(s["enum"].begin(), s["enum"].end()); return k; }
-    for (const char* key : {"anyOf", "oneOf"})
-      if (s.contains(key) && s[key].is_array()) {
-        for (const auto& a : s[key]) {
-          value_kinds b = kinds_of(a, depth + 1);
-          k.types |= b.types;
-          k.values.insert(k.values.end(), b.values.begin(), b.values.end());
-        }
-        return k;
-      }
-    if (!s.contains("type")) { k.types = value_kinds::all; return k; }
-    std::vector<std::string> names;
-    if (s["type"].is_string()) names.push_back(s["type"].get<std::string>());
-    else if (s["type"].is_array())
-      for (const auto& t : s["type"]) if (t.is_string()) names.push_back(t.get<std::string>());
-    for (const auto& t : names) {
-      if (t == "object") k.types |= value_kinds::object;
-      else if (t == "array") k.types |= value_kinds::array;
-      else if (t == "string") k.types |= value_kinds::string;
-      else if (t == "integer" || t == "number") k.types |= value_kinds::number;
-      else if (t == "boolean") k.types |= value_kinds::boolean;
-      else if (t == "null") k.types |= value_kinds::null;
-      else k.types = value_kinds::all;
-    }
-    return k;
-  }
-
-  /// `s` through its local `$ref`, if it is one; null if that does not resolve.
-  const json* resolved(const json& s) const {
-    if (!s.is_object() || !s.contains("$ref") || !s["$ref"].is_string()) return &s;
-    const std::string target = s["$ref"].get<std::string>();
-    try {
-      if (!target.empty() && target[0] == '#') return &root_.at(json::json_pointer(target.substr(1)));
-    } catch (const std::exception&) {
-    }
-    return nullptr;
-  }
-
-  /// Whether two object schemas admit no common value by a discriminator: a property both
-  /// require whose two schemas admit no common value (`{"kind":{"const":"a"}}` against
-  /// `{"kind":{"const":"b"}}`, as zod and pydantic write tagged unions).
-  bool discriminated(const json& a, const json& b) const {
-    const json* x = resolved(a);
-    const json* y = resolved(b);
-    auto object_only = [](const json* s) {
-      return s && s->is_object() && s->contains("type") && (*s)["type"] == "object" && s->contains("required")
-             && (*s)["required"].is_array() && s->contains("properties") && (*s)["properties"].is_object();
-    };
-    if (!object_only(x) || !object_only(y)) return false;
-    const json& xp = (*x)["properties"];
-    const json& yp = (*y)["properties"];
-    for (const auto& name : (*x)["required"]) {
-      if (!name.is_string()) continue;
-      const auto& yr = (*y)["required"];
-      if (std::find(yr.begin(), yr.end(), name) == yr.end()) continue;
-      const std::string key = name.get<std::string>();
-      if (xp.contains(key) && yp.contains(key) && !kinds_of(xp[key], 1).overlaps(kinds_of(yp[key], 1)))
-        return true;
-    }
-    return false;
   }
 
   expected<std::string, error> ref(const json& r, const std::string& ptr, std::uint32_t depth) {
