@@ -63,6 +63,18 @@ std::vector<actors::scheduler_stats> all_stats(const admin_services& s) {
   return out;
 }
 
+/// A model's token-mask figures (docs/admin.md, `status`): where the masks of constrained
+/// sequences were computed and what they cost.
+json masks_of(const actors::mask_figures& m) {
+  return {{"during_step", m.during_step},
+          {"hidden", m.hidden},
+          {"at_sampling", m.at_sampling},
+          {"total_ms", m.total_ms},
+          {"p50_us", m.quantile_us(0.5)},
+          {"p99_us", m.quantile_us(0.99)},
+          {"max_ms", m.max_ms}};
+}
+
 /// A model's conversation reuse figures (docs/admin.md, `status`).
 json reuse_of(const actors::scheduler_stats& st) {
   return {{"entries", st.retained},
@@ -133,6 +145,7 @@ json status(const admin_services& s) {
                       {"recomputes", st.recomputes},
                       {"transfer_s", st.transfer_ms / 1000},
                       {"transfer_hidden_s", st.transfer_hidden_ms / 1000},
+                      {"masks", masks_of(st.masks)},
                       {"reuse", reuse_of(st)}});
   }
   auto store = s.engine->store_stats();

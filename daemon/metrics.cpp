@@ -222,6 +222,19 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
     w.sample("kvlane_transfer_overlap_seconds_total", model_label(s.model) + ",part=\"exposed\"",
              std::max(0.0, s.transfer_ms - s.transfer_hidden_ms) / 1000);
   }
+  w.family("kvlane_grammar_masks_total", "counter",
+           "Token masks of constrained sequences by where they were computed.");
+  for (auto& s : schedulers) {
+    w.sample("kvlane_grammar_masks_total", model_label(s.model) + ",when=\"hidden\"",
+             double(s.masks.hidden));
+    w.sample("kvlane_grammar_masks_total", model_label(s.model) + ",when=\"late\"",
+             double(s.masks.during_step - std::min(s.masks.hidden, s.masks.during_step)));
+    w.sample("kvlane_grammar_masks_total", model_label(s.model) + ",when=\"at_sampling\"",
+             double(s.masks.at_sampling));
+  }
+  per_scheduler("kvlane_grammar_mask_seconds_total", "counter",
+                "Host time spent computing token masks.",
+                [](auto& s) { return s.masks.total_ms / 1000; });
   per_scheduler("kvlane_step_busy_seconds_total", "counter", "Compute lane time spent in steps.",
                 [](auto& s) { return s.step_busy_ms / 1000; });
   per_scheduler("kvlane_backend_failures_total", "counter", "Failed step, dump and load calls.",

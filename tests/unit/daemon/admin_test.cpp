@@ -207,6 +207,11 @@ TEST_CASE("admin: cache-ls lists retained KV, metrics count its reuse, cache-dro
   CHECK(reuse["hits_warm"] == 1);
   CHECK(reuse["reused_tokens"] == 39);
   CHECK(reuse["evictions"]["superseded"] == 0);
+  // Free text computes no token mask.
+  const auto masks = sut.ask(R"({"cmd":"status"})")["models"][0]["masks"];
+  CHECK(masks["during_step"] == 0);
+  CHECK(masks["at_sampling"] == 0);
+  CHECK(masks["total_ms"] == 0.0);
   const auto ps = sut.ask(R"({"cmd":"ps"})");
   REQUIRE(ps["retained"].size() == 1);
   CHECK(ps["retained"][0]["model"] == "tiny");

@@ -94,6 +94,10 @@ TEST_CASE("metrics: the exposition parses line by line and carries every require
   s1.transfer_ms = 600;
   s1.transfer_hidden_ms = 540;
   s1.tokens_generated = 60;
+  s1.masks.observe(1500, true); // 1.5 ms, hidden by its step
+  s1.masks.hidden = 1;
+  s1.masks.observe(500, true); // done after the step's result
+  s1.masks.observe(250, false);
   s1.device = actors::device_health::failing;
   s1.device_backoff_ms = 400;
   s1.faults.step_retries = 5;
@@ -114,6 +118,7 @@ TEST_CASE("metrics: the exposition parses line by line and carries every require
                       "kvlane_e2e_seconds", "kvlane_tokens_generated_total", "kvlane_slots_busy",
                       "kvlane_sequences_without_slot", "kvlane_preemptions_total",
                       "kvlane_transfers_total", "kvlane_transfer_seconds_total", "kvlane_transfer_overlap_seconds_total",
+                      "kvlane_grammar_masks_total", "kvlane_grammar_mask_seconds_total",
                       "kvlane_store_bytes", "kvlane_store_limit_bytes",
                       "kvlane_store_evictions_total", "kvlane_clients_connected",
                       "kvlane_device_state", "kvlane_device_backoff_seconds",
@@ -134,6 +139,11 @@ TEST_CASE("metrics: the exposition parses line by line and carries every require
         doctest::Approx(0.45));
   CHECK(p.samples["kvlane_transfer_overlap_seconds_total{model=\"m1\",part=\"exposed\"}"] ==
         doctest::Approx(0.06));
+  CHECK(p.samples["kvlane_grammar_masks_total{model=\"m1\",when=\"hidden\"}"] == 1);
+  CHECK(p.samples["kvlane_grammar_masks_total{model=\"m1\",when=\"late\"}"] == 1);
+  CHECK(p.samples["kvlane_grammar_masks_total{model=\"m1\",when=\"at_sampling\"}"] == 1);
+  CHECK(p.samples["kvlane_grammar_mask_seconds_total{model=\"m1\"}"] == doctest::Approx(0.00225));
+  CHECK(p.samples["kvlane_grammar_masks_total{model=\"m2\",when=\"hidden\"}"] == 0);
   CHECK(p.samples["kvlane_store_bytes{state=\"committed\"}"] == double(60 << 20));
   CHECK(p.samples["kvlane_store_bytes{state=\"warm_pool\"}"] == double(20 << 20));
   CHECK(p.samples["kvlane_clients_connected"] == 3);
