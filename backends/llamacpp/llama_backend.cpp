@@ -381,8 +381,18 @@ expected<void, backend_error> llama_backend::step(std::span<const step_row> rows
   batch_logits_.assign(total, 0);
   auto& last = step_last_;
   last.resize(rows.size());
+  // Rows go into the batch in slot order: llama.cpp splits a batch over non-unified KV into
+  // micro-batches of consecutive sequence ids taken in batch order (split_equal), and each
+  // micro-batch reads every weight again. Rows in rank order (2, 0, 3, 1) made one step of
+  // four decodes into four passes over the weights.
+  auto& order = step_order_;
+  order.resize(rows.size());
+  for (std::size_t ri = 0; ri < rows.size(); ++ri)
+    order[ri] = static_cast<std::uint32_t>(ri);
+  std::sort(order.begin(), order.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return rows[a].slot < rows[b].slot; });
   std::size_t at = 0;
-  for (std::size_t ri = 0; ri < rows.size(); ++ri) {
+  for (const auto ri : order) {
     const auto& r = rows[ri];
     for (std::size_t k = 0; k < r.tokens.size(); ++k, ++at) {
       batch_tokens_[at] = static_cast<llama_token>(r.tokens[k]);

@@ -115,6 +115,7 @@ private:
   std::vector<std::int8_t> batch_logits_;
   std::vector<std::uint8_t> step_slot_used_; ///< a step's slots seen so far (validation)
   std::vector<std::int32_t> step_last_;      ///< each row's last batch index (its logits)
+  std::vector<std::uint32_t> step_order_;    ///< the step's rows in slot order
   double fault_rate_ = 0;            ///< guarded by mutex_
   std::uint64_t fault_rng_ = 0;
   std::uint64_t injected_ = 0;
