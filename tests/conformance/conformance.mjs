@@ -4,6 +4,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import OpenAI from "openai";
 import { Ollama } from "ollama";
+import { check, runChecks } from "./checks.mjs";
 
 const url = process.env.KVLANE_URL;
 const key = process.env.KVLANE_API_KEY;
@@ -17,10 +18,6 @@ function ps() {
   return JSON.parse(out).sequences;
 }
 
-const checks = [];
-function check(name, fn) {
-  checks.push([name, fn]);
-}
 
 check("models.list names the configured models", async () => {
   const ids = [];
@@ -295,14 +292,4 @@ check("ollama: format as a schema answers JSON that follows it; tool history is 
   assert.equal(h.done, true);
 });
 
-let failed = 0;
-for (const [name, fn] of checks) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e.stack ?? e}`);
-  }
-}
-process.exit(failed === 0 ? 0 : 1);
+await runChecks();

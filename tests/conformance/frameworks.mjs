@@ -14,6 +14,7 @@ import { ChatOllama } from "@langchain/ollama";
 import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { generateObject, generateText, stepCountIs, streamObject, streamText, tool } from "ai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { check, runChecks } from "./checks.mjs";
 
 const url = process.env.KVLANE_URL;
 const key = process.env.KVLANE_API_KEY;
@@ -51,10 +52,6 @@ const Weather = z.object({
 }).describe("The weather in a city");
 const weatherTool = { name: "get_weather", description: "The weather in a city", schema: Weather };
 
-const checks = [];
-function check(name, fn) {
-  checks.push([name, fn]);
-}
 
 check("ajv rejects what the schema forbids (so the checks below can fail)", async () => {
   const schema = z.toJSONSchema(Weather);
@@ -274,15 +271,4 @@ check("ai sdk: a two-step agent runs the forced tool and answers with its result
   assert.ok(r.text.length > 0);
 });
 
-let failed = 0;
-for (const [name, fn] of checks) {
-  sent = [];
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e.stack ?? e}`);
-  }
-}
-process.exit(failed === 0 ? 0 : 1);
+await runChecks(() => { sent = []; });

@@ -12,12 +12,13 @@ need() {
 }
 
 # install_clients WORK FILE...: the pinned npm clients (package-lock.json) in WORK, with the
-# scripts FILE... beside them; `npm ci` only when the lockfile changed since the last install.
+# scripts FILE... and their runner (checks.mjs) beside them; `npm ci` only when the lockfile
+# changed since the last install.
 install_clients() {
   local work=$1
   shift
   mkdir -p "$work"
-  cp "$here/package.json" "$here/package-lock.json" "$@" "$work/"
+  cp "$here/package.json" "$here/package-lock.json" "$here/checks.mjs" "$@" "$work/"
   if ! cmp -s "$work/package-lock.json" "$work/.installed-lock.json"; then
     (cd "$work" && npm ci --no-audit --no-fund --loglevel=error) || fail "npm ci failed"
     cp "$work/package-lock.json" "$work/.installed-lock.json"

@@ -3,6 +3,7 @@
 // Usage: node tls.mjs   (env: KVLANE_URL (https://...), KVLANE_API_KEY, NODE_EXTRA_CA_CERTS)
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { check, runChecks } from "./checks.mjs";
 
 const url = process.env.KVLANE_URL;
 assert.ok(url.startsWith("https://"), `not an https URL: ${url}`);
@@ -30,14 +31,5 @@ const checks = [
   }],
 ];
 
-let failed = 0;
-for (const [name, fn] of checks) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e.stack ?? e}`);
-  }
-}
-process.exit(failed === 0 ? 0 : 1);
+for (const [name, fn] of checks) check(name, fn);
+await runChecks();
