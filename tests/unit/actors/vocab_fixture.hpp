@@ -4,7 +4,7 @@
 // (actors/constrained_decoding) and of what uses it.
 
 #include "actors/constrained_decoding.hpp"
-#include "common/grammar/gbnf.hpp"
+#include "tests/unit/grammar/grammar_fixture.hpp"
 
 #include <doctest/doctest.h>
 
@@ -14,12 +14,6 @@
 #include <vector>
 
 namespace kvlane::test {
-
-inline std::shared_ptr<const grammar::grammar> gbnf(std::string_view text) {
-  auto g = grammar::compile_gbnf(text);
-  REQUIRE_MESSAGE(g.has_value(), (g ? std::string{} : g.error().message()));
-  return *g;
-}
 
 /// A small vocabulary: token i is tokens[i]; "" is a special token; `end` the end token.
 struct vocab_fixture {

@@ -1,22 +1,15 @@
 #include "common/grammar/gbnf.hpp"
 #include "common/grammar/matcher.hpp"
+#include "tests/unit/grammar/grammar_fixture.hpp"
 
 #include <doctest/doctest.h>
 
 using namespace kvlane::grammar;
 
+using kvlane::test::accepts;
+using kvlane::test::gbnf;
+
 namespace {
-
-std::shared_ptr<const grammar> gbnf(std::string_view text) {
-  auto g = compile_gbnf(text);
-  REQUIRE_MESSAGE(g.has_value(), (g ? std::string{} : g.error().message()));
-  return *g;
-}
-
-bool accepts(const std::shared_ptr<const grammar>& g, std::string_view text) {
-  matcher m{g};
-  return m.feed(text) && m.can_end();
-}
 
 std::string error_of(std::string_view text, const limits& lim = {}) {
   auto g = compile_gbnf(text, lim);

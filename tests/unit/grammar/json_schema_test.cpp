@@ -1,5 +1,6 @@
 #include "common/grammar/json_schema.hpp"
 #include "common/grammar/matcher.hpp"
+#include "tests/unit/grammar/grammar_fixture.hpp"
 
 #include <doctest/doctest.h>
 
@@ -8,17 +9,14 @@
 
 using namespace kvlane::grammar;
 
+using kvlane::test::accepts;
+
 namespace {
 
 std::shared_ptr<const grammar> schema(std::string_view text) {
   auto g = compile_json_schema(text);
   REQUIRE_MESSAGE(g.has_value(), (g ? std::string{} : g.error().message()));
   return *g;
-}
-
-bool accepts(const std::shared_ptr<const grammar>& g, std::string_view text) {
-  matcher m{g};
-  return m.feed(text) && m.can_end();
 }
 
 std::string error_of(std::string_view text) {

@@ -1,17 +1,14 @@
 #include "common/grammar/gbnf.hpp"
 #include "common/grammar/matcher.hpp"
+#include "tests/unit/grammar/grammar_fixture.hpp"
 
 #include <doctest/doctest.h>
 
 using namespace kvlane::grammar;
 
-namespace {
+using kvlane::test::gbnf;
 
-std::shared_ptr<const grammar> gbnf(std::string_view text) {
-  auto g = compile_gbnf(text);
-  REQUIRE_MESSAGE(g.has_value(), (g ? std::string{} : g.error().message()));
-  return *g;
-}
+namespace {
 
 const char* const list_grammar = R"(root ::= "[" (item ("," item)*)? "]"
 item ::= [0-9]+ | "\"" [a-z]* "\""

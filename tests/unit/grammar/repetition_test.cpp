@@ -9,6 +9,7 @@
 #include "common/grammar/matcher.hpp"
 #include "common/grammar/memo_walk.hpp"
 #include "common/grammar/vocabulary.hpp"
+#include "tests/unit/grammar/grammar_fixture.hpp"
 
 #include <doctest/doctest.h>
 
@@ -18,18 +19,10 @@
 
 using namespace kvlane::grammar;
 
+using kvlane::test::accepts;
+using kvlane::test::gbnf;
+
 namespace {
-
-std::shared_ptr<const grammar> gbnf(std::string_view text) {
-  auto g = compile_gbnf(text);
-  REQUIRE_MESSAGE(g.has_value(), (g ? std::string{} : g.error().message()));
-  return *g;
-}
-
-bool accepts(const std::shared_ptr<const grammar>& g, std::string_view text) {
-  matcher m{g};
-  return m.feed(text) && m.can_end();
-}
 
 bool has(const std::vector<std::uint64_t>& bits, std::uint32_t id) { return (bits[id >> 6] >> (id & 63)) & 1; }
 

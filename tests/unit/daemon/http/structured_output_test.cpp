@@ -2,6 +2,7 @@
 
 #include "common/grammar/matcher.hpp"
 #include "daemon/http/tool_grammar.hpp"
+#include "tests/unit/grammar/grammar_fixture.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -14,14 +15,9 @@ using kvlane::backends::chat_tool;
 using kvlane::backends::tool_call_syntax;
 using json = nlohmann::ordered_json;
 
-namespace {
+using kvlane::test::accepts;
 
-/// Whether the constraint's grammar accepts `text` as a whole sentence.
-bool accepts(const std::shared_ptr<const kvlane::actors::output_constraint>& c, std::string_view text) {
-  REQUIRE(c != nullptr);
-  kvlane::grammar::matcher m{c->grammar};
-  return m.feed(text) && m.can_end();
-}
+namespace {
 
 const std::vector<chat_tool> tools{
   {"get_weather", "",

@@ -5,6 +5,7 @@
 #include "daemon/http/structured_output.hpp"
 
 #include "common/grammar/matcher.hpp"
+#include "tests/unit/grammar/grammar_fixture.hpp"
 
 #include <doctest/doctest.h>
 
@@ -15,6 +16,8 @@ using kvlane::backends::chat_format;
 using kvlane::backends::chat_tool;
 using kvlane::backends::token_id;
 using kvlane::backends::tool_call_syntax;
+
+using kvlane::test::accepts;
 
 namespace {
 
@@ -40,12 +43,6 @@ tool_request offer(tool_choice::mode m, std::string name = {}) {
   t.choice.m = m;
   t.choice.name = std::move(name);
   return t;
-}
-
-bool accepts(const std::shared_ptr<const kvlane::actors::output_constraint>& c, std::string_view text) {
-  REQUIRE(c != nullptr);
-  kvlane::grammar::matcher m{c->grammar};
-  return m.feed(text) && m.can_end();
 }
 
 } // namespace
