@@ -67,7 +67,7 @@ constexpr std::string_view schema_text = R"({
 
 } // namespace
 
-std::string_view order_schema() noexcept { return schema_text; }
+std::string_view incident_schema() noexcept { return schema_text; }
 
 std::string decode_body(const decode_request& r) {
   nlohmann::ordered_json j;

@@ -24,10 +24,10 @@
 
 namespace kvlane::tools::schemabench {
 
-/// The schema the bench constrains to: an order record of 20 fields (uuid, date-time, enums,
-/// bounded and free strings, a pattern, integer ranges, a nested object, an array of
-/// objects), the shape of a realistic extraction request.
-std::string_view order_schema() noexcept;
+/// The schema the bench constrains to: an incident report of 20 fields (uuid, date-times,
+/// enums, bounded and free strings, two patterns, integer and number ranges, a nested object,
+/// an array of objects, anyOf), the shape of a realistic extraction request.
+std::string_view incident_schema() noexcept;
 
 struct decode_request {
   std::string model;
@@ -37,7 +37,7 @@ struct decode_request {
 };
 
 /// The JSON body of a streamed, greedy /v1/chat/completions request: `response_format`
-/// json_schema (strict) with order_schema() when with_schema, usage in the last event.
+/// json_schema (strict) with incident_schema() when with_schema, usage in the last event.
 std::string decode_body(const decode_request& r);
 
 struct decode_sample {
