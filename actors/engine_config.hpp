@@ -31,6 +31,15 @@ struct model_config {
   friend bool operator==(const model_config&, const model_config&) = default;
 };
 
+/// The snapshot store's disk tier ([store.disk]; docs/snapshot-store.md, "Disk tier").
+struct store_disk_config {
+  std::string dir;                            ///< where its files go; empty: no disk tier
+  std::uint64_t max_bytes = 64ull << 30;      ///< most bytes of files it keeps
+  std::uint64_t write_bytes_per_s = 256ull << 20; ///< write-back bandwidth bound
+
+  friend bool operator==(const store_disk_config&, const store_disk_config&) = default;
+};
+
 struct store_config {
   std::uint64_t max_bytes = 8ull << 30; ///< snapshot store limit (reserved, committed on use)
   /// Freed store bytes kept committed for the next dumps (no page faults);
@@ -42,6 +51,7 @@ struct store_config {
   /// How snapshots are ranked for eviction within a class (parked, retained):
   /// cost-aware (greedy-dual, the default) or least recently used.
   ipc::eviction_value eviction = ipc::eviction_value::cost;
+  store_disk_config disk;
 
   friend bool operator==(const store_config&, const store_config&) = default;
 };

@@ -454,7 +454,10 @@ void kv_keeper::load_done(const transfer_done& done) {
     (void)setup_.store->free(done.job.snapshot);
     parked_.erase(done.job.seq);
   } else if (done.corrupt) {
-    setup_.store->count_discard(ipc::discard_reason::checksum);
+    // A snapshot whose disk copy failed is freed and counted by the store
+    // (disk_corrupt): its handle is stale by now.
+    if (setup_.store->meta(done.job.snapshot))
+      setup_.store->count_discard(ipc::discard_reason::checksum);
     ++counters_.retained_discarded;
     forget_retained_snapshot(done.job.snapshot);
   }
@@ -476,6 +479,13 @@ void kv_keeper::release(seq_id id) {
 bool kv_keeper::parked(seq_id id) const {
   const auto it = parked_.find(id);
   return it != parked_.end() && it->second.at == stage::parked;
+}
+
+std::optional<ipc::snapshot_tier> kv_keeper::tier_of(const retained_entry& e) const {
+  if (!e.snapshot)
+    return std::nullopt;
+  const auto t = setup_.store->tier(*e.snapshot);
+  return t ? std::optional(*t) : std::nullopt;
 }
 
 std::uint64_t kv_keeper::store_bytes_of(std::uint32_t kv_len) const {

@@ -239,6 +239,8 @@ public:
   /// the store's granularity); the KV bytes of `kv_len` positions in a slot.
   std::uint64_t store_bytes_of(std::uint32_t kv_len) const;
   std::uint64_t snapshot_size(std::uint32_t kv_len) const { return setup_.snapshot_size(kv_len); }
+  /// Where a stored entry's snapshot is (memory, disk or both); none when not stored.
+  std::optional<ipc::snapshot_tier> tier_of(const retained_entry& e) const;
 
 private:
   enum class stage : std::uint8_t { dumping, parked, loading };

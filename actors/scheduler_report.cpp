@@ -131,6 +131,8 @@ retained_info describe_retained(const retained_entry& e, const kv_keeper& keeper
   i.slot = e.slot ? static_cast<std::int32_t>(*e.slot) : -1;
   i.stored = e.snapshot.has_value();
   i.dumping = e.dumping;
+  if (const auto t = keeper.tier_of(e))
+    i.tier = std::string{ipc::to_string(*t)};
   i.bytes = i.stored ? keeper.store_bytes_of(e.kv_len) : keeper.snapshot_size(e.kv_len);
   i.hits = e.hits;
   i.idle_ms = ms_between(e.last_use, now);

@@ -116,6 +116,7 @@ struct retained_info {
   std::int32_t slot = -1;   ///< warm in this slot, -1 if not
   bool stored = false;      ///< a sealed copy is in the store
   bool dumping = false;     ///< the warm copy is being copied to the store
+  std::string tier;         ///< stored: "memory", "disk" or "both"; empty when not stored
   std::uint64_t bytes = 0;  ///< store bytes when stored, else the KV bytes in the slot
   double idle_ms = 0;       ///< since it was kept or last reused
   std::uint64_t hits = 0;   ///< requests it served

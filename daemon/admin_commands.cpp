@@ -249,6 +249,7 @@ json cache_ls(const json& req, const admin_services& s) {
                    {"where", e.stored ? "store" : "slot"},
                    {"slot", e.slot},
                    {"dumping", e.dumping},
+                   {"tier", e.tier},
                    {"bytes", e.bytes},
                    {"idle_s", e.idle_ms / 1000},
                    {"hits", e.hits}});

@@ -288,6 +288,26 @@ status parse_reuse(const reporter& r, const section& root, actors::reuse_policy&
   return {};
 }
 
+// [store.disk]: absent, no disk tier; present, `dir` is required.
+status parse_store_disk(const reporter& r, const section& store, actors::store_disk_config& out) {
+  auto table = find_table(r, store, "disk");
+  if (!table)
+    return unexpected(std::move(table.error()));
+  if (*table == nullptr)
+    return {};
+  const section s{**table, "store.disk"};
+  KVLANE_CONFIG_TRY(check_keys(r, s, {"dir", "max_bytes", "write_bytes_per_s"}));
+  if (s.find("dir") == nullptr)
+    return unexpected(r.bad_value(s.key("dir"), s.line(), "required key is missing"));
+  KVLANE_CONFIG_TRY(read_string(r, s, "dir", out.dir));
+  if (out.dir.empty() || out.dir.front() != '/')
+    return unexpected(r.bad_value(s.key("dir"), s.line("dir"),
+                                  fmt::format("must be an absolute path (got {})", quoted(out.dir))));
+  KVLANE_CONFIG_TRY(read_bytes(r, s, "max_bytes", out.max_bytes, mib, 1ull << 50));
+  KVLANE_CONFIG_TRY(read_bytes(r, s, "write_bytes_per_s", out.write_bytes_per_s, mib, 1ull << 40));
+  return {};
+}
+
 status parse_store(const reporter& r, const section& root, store_section& out) {
   auto table = find_table(r, root, "store");
   if (!table)
@@ -295,8 +315,8 @@ status parse_store(const reporter& r, const section& root, store_section& out) {
   if (*table == nullptr)
     return {};
   const section s{**table, "store"};
-  KVLANE_CONFIG_TRY(
-    check_keys(r, s, {"max_bytes", "warm_pool_bytes", "prefault_warm_pool", "eviction"}));
+  KVLANE_CONFIG_TRY(check_keys(
+    r, s, {"max_bytes", "warm_pool_bytes", "prefault_warm_pool", "eviction", "disk"}));
   KVLANE_CONFIG_TRY(read_bytes(r, s, "max_bytes", out.max_bytes, mib, 1ull << 44));
   KVLANE_CONFIG_TRY(read_bytes(r, s, "warm_pool_bytes", out.warm_pool_bytes, 0, 1ull << 44));
   KVLANE_CONFIG_TRY(read_bool(r, s, "prefault_warm_pool", out.prefault_warm_pool));
@@ -311,7 +331,7 @@ status parse_store(const reporter& r, const section& root, store_section& out) {
                                   fmt::format("must be <= store.max_bytes ({}) (got {})",
                                               format_bytes(out.max_bytes),
                                               format_bytes(out.warm_pool_bytes))));
-  return {};
+  return parse_store_disk(r, s, out.disk);
 }
 
 /// Reads an array of user or group names / numeric ids into their text form.

@@ -15,6 +15,7 @@ std::string_view to_string(discard_reason r) noexcept {
     case discard_reason::index_corrupt: return "index_corrupt";
     case discard_reason::index_unclean: return "index_unclean";
     case discard_reason::arena_changed: return "arena_changed";
+    case discard_reason::disk_corrupt: return "disk_corrupt";
   }
   return "unknown";
 }

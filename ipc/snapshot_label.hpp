@@ -49,9 +49,10 @@ enum class discard_reason : std::uint8_t {
   index_corrupt,       ///< the index failed validation (one count per index)
   index_unclean,       ///< the daemon that wrote the index did not stop cleanly (one per index)
   arena_changed,       ///< the inherited arena is not the one the index describes, or was resized
+  disk_corrupt,        ///< a disk tier file is torn, truncated, damaged or missing
 };
 
-inline constexpr std::size_t discard_reason_count = 11;
+inline constexpr std::size_t discard_reason_count = 12;
 
 /// Stable lower-case name, e.g. "model_changed" (the metric label).
 std::string_view to_string(discard_reason r) noexcept;
@@ -73,6 +74,8 @@ struct snapshot_label {
   std::uint64_t user = 0;            ///< who left it
   std::string session;               ///< the client session it was a turn of; empty: none
   std::vector<std::uint32_t> tokens; ///< exactly the KV's positions, in order
+
+  friend bool operator==(const snapshot_label&, const snapshot_label&) = default;
 };
 
 } // namespace kvlane::ipc

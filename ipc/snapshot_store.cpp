@@ -190,8 +190,12 @@ snapshot_store::reserve(const snapshot_meta& meta, std::uint64_t bytes,
     std::vector<std::pair<extent, std::uint64_t>> victims; // extent, committed prefix
     for (const std::uint32_t v : placed->victims) {
       const entry& e = entries_[v];
-      out.evicted.push_back(
-        evicted_snapshot{snapshot_handle{v, e.generation}, e.meta, e.size, reason});
+      // A retained snapshot with a disk copy leaves memory only: its handle
+      // stays good (tier disk), so its owner is not told it is gone.
+      const bool to_disk = e.meta.retained && e.disk_id != 0;
+      if (!to_disk)
+        out.evicted.push_back(
+          evicted_snapshot{snapshot_handle{v, e.generation}, e.meta, e.size, reason});
       double& inflation = inflation_[e.meta.retained ? 1 : 0];
       inflation = std::max(inflation, e.credit);
       model_account& owner = models_.at(e.meta.model_index); // detach_locked relies on it too
@@ -205,7 +209,7 @@ snapshot_store::reserve(const snapshot_meta& meta, std::uint64_t bytes,
         ++owner.parked_evictions;
       }
       const std::uint64_t prefix = committed_prefix(e);
-      const extent x = detach_locked(v);
+      const extent x = to_disk ? demote_locked(v) : detach_locked(v);
       ++evictions_;
       evicted_bytes_ += x.size;
       insert_free(free_, x);
@@ -493,6 +497,8 @@ expected<void, store_error> snapshot_store::seal(snapshot_handle h) {
       e.checksum = sum;
       e.state = entry_state::sealed;
       touch_locked(e);
+      if (disk_ && e.meta.retained && e.label)
+        disk_->sealed(h); // queued: the disk lane writes the copy
     }
     end_read_locked(h.index, released);
   }
@@ -504,6 +510,11 @@ expected<void, store_error> snapshot_store::seal(snapshot_handle h) {
 
 expected<void, store_error> snapshot_store::verify(snapshot_handle h,
                                                    std::optional<std::uint64_t> expected_generation) {
+  // A snapshot on disk only is read back into the arena first (on the
+  // caller's thread: a lane's), then checked like any other.
+  const auto fetched = fetch_from_disk(h);
+  if (!fetched)
+    return unexpected(fetched.error());
   std::span<const std::byte> data;
   std::uint64_t seed = 0;
   std::uint64_t stored = 0;
@@ -536,8 +547,16 @@ expected<void, store_error> snapshot_store::verify(snapshot_handle h,
   release_unlocked(released);
   if (freed_meanwhile)
     return stale(h);
-  if (sum != stored)
+  if (sum != stored) {
+    if (*fetched) {
+      // The bytes that came from disk are not what was sealed: the file goes.
+      count_discard(discard_reason::disk_corrupt);
+      (void)free(h);
+      return fail(store_errc::corrupt,
+                  "snapshot " + to_string(h) + ": its disk copy fails its checksum (deleted)");
+    }
     return fail(store_errc::corrupt, "snapshot " + to_string(h) + ": checksum mismatch");
+  }
   return {};
 }
 
@@ -599,7 +618,7 @@ expected<void, store_error> snapshot_store::pin(snapshot_handle h) {
   entry* e = find_locked(h);
   if (e == nullptr)
     return stale(h);
-  if (e->state != entry_state::sealed)
+  if (e->state != entry_state::sealed && e->state != entry_state::on_disk)
     return fail(store_errc::invalid_argument, "snapshot " + to_string(h) + " is not sealed");
   ++e->pins;
   touch_locked(*e);
@@ -666,6 +685,14 @@ store_stats snapshot_store::stats() const {
     s.host = host_;
     s.discarded = discarded_;
     s.restored_snapshots = restored_;
+    s.disk_demotions = disk_demotions_;
+    s.disk_fetches = disk_fetches_;
+    s.disk_fetch_bytes = disk_fetch_bytes_;
+    for (const entry& e : entries_)
+      if (e.disk_id != 0 && !e.doomed) {
+        ++s.disk_snapshots;
+        s.disk_only_snapshots += e.state == entry_state::on_disk;
+      }
     for (const auto& [offset, size] : free_)
       s.largest_free_bytes = std::max(s.largest_free_bytes, size);
     for (const auto& [index, account] : models_)
@@ -704,16 +731,22 @@ const snapshot_store::entry* snapshot_store::find_locked(snapshot_handle h) cons
 
 snapshot_store::extent snapshot_store::detach_locked(std::uint32_t index) {
   entry& e = entries_[index];
-  model_account& account = models_.at(e.meta.model_index);
-  account.used -= e.size;
-  --account.snapshots;
-  used_ -= e.size;
-  --snapshots_;
-  if (e.meta.retained) {
-    retained_used_ -= e.size;
-    --retained_snapshots_;
+  if (e.state != entry_state::on_disk) { // one on disk only holds no bytes of the arena
+    model_account& account = models_.at(e.meta.model_index);
+    account.used -= e.size;
+    --account.snapshots;
+    used_ -= e.size;
+    --snapshots_;
+    if (e.meta.retained) {
+      retained_used_ -= e.size;
+      --retained_snapshots_;
+    }
   }
-  const extent x{e.offset, e.size};
+  if (e.disk_id != 0 && disk_)
+    disk_->forget(e.disk_id);
+  e.disk_id = 0;
+  const extent x{e.state == entry_state::on_disk ? 0 : e.offset,
+                 e.state == entry_state::on_disk ? 0 : e.size};
   e.label.reset();
   e.state = entry_state::vacant;
   e.doomed = false;

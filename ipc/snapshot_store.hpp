@@ -33,6 +33,8 @@
 //  - Errors are values; no method throws except std::bad_alloc.
 
 #include "common/expected.hpp"
+#include "ipc/disk_backing.hpp"
+#include "ipc/disk_format.hpp"
 #include "ipc/memfd_arena.hpp"
 #include "ipc/snapshot_label.hpp"
 #include "ipc/store_index.hpp"
@@ -106,6 +108,22 @@ struct reservation {
   snapshot_handle handle;
   std::span<std::byte> bytes;            ///< exactly the requested size; contents unspecified
   std::vector<evicted_snapshot> evicted; ///< snapshots evicted to make room, lowest first
+};
+
+/// Where a sealed snapshot's bytes are (docs/snapshot-store.md, "Disk tier").
+enum class snapshot_tier : std::uint8_t {
+  memory, ///< in the arena only
+  disk,   ///< in a file of the disk tier only: a load reads it back first
+  both,   ///< in the arena, with a copy on disk
+};
+
+std::string_view to_string(snapshot_tier t) noexcept;
+
+/// A retained snapshot's bytes and what its disk copy records
+/// (snapshot_store::begin_write_back).
+struct write_back {
+  disk_entry entry; ///< id 0: the writer assigns it
+  std::span<const std::byte> bytes;
 };
 
 /// How snapshots of one class (parked, retained) are ranked for eviction.
@@ -183,6 +201,11 @@ struct store_stats {
   std::vector<model_usage> models;    ///< by model_index
   discard_counts discarded{};         ///< snapshots (or indexes) discarded, by discard_reason
   std::uint64_t restored_snapshots = 0; ///< retained snapshots taken back from an earlier daemon
+  std::uint64_t disk_snapshots = 0;  ///< snapshots with a copy in the disk tier
+  std::uint64_t disk_only_snapshots = 0; ///< of which not in memory
+  std::uint64_t disk_demotions = 0;  ///< evictions that kept the disk copy (memory -> disk)
+  std::uint64_t disk_fetches = 0;    ///< snapshots read back from disk for a load
+  std::uint64_t disk_fetch_bytes = 0;
 };
 
 class snapshot_store {
@@ -285,6 +308,34 @@ public:
   /// a clean stop. Returns the snapshots recorded.
   expected<std::size_t, store_error> persist();
 
+  // -- the disk tier (docs/snapshot-store.md, "Disk tier"; ipc/snapshot_store_disk.cpp) --
+
+  /// From now on retained, labelled snapshots are written back through
+  /// `disk` when sealed, an evicted snapshot with a disk copy stays listed
+  /// (tier disk) instead of going, and verify() reads such a snapshot back
+  /// into the arena first. Null detaches it.
+  void attach_disk(std::shared_ptr<disk_backing> disk);
+
+  /// Entries an earlier daemon left in the disk tier: pending, like the
+  /// index's records, until a model claims them (claim) or none does
+  /// (discard_unclaimed). One equal to a snapshot recovered from the arena
+  /// (same checksum, seed and length) becomes that snapshot's disk copy.
+  void add_disk_entries(std::vector<disk_entry> entries);
+
+  expected<snapshot_tier, store_error> tier(snapshot_handle h) const;
+
+  /// Pins a sealed, labelled snapshot in memory that has no disk copy yet and
+  /// returns its bytes and what its file records (end_write_back unpins).
+  expected<write_back, store_error> begin_write_back(snapshot_handle h);
+  /// The write of `h` ended: `disk_id` is its copy when it succeeded. False
+  /// when the snapshot was freed meanwhile: the copy must be deleted.
+  bool end_write_back(snapshot_handle h, std::optional<std::uint64_t> disk_id);
+
+  /// The disk tier drops entry `disk_id` (its byte budget): a snapshot in
+  /// memory keeps going without a copy, one on disk only is freed. False
+  /// (keep the file) while a load reads it back.
+  bool disk_evicted(std::uint64_t disk_id);
+
   /// Protects a sealed snapshot from eviction (counted: pin twice, unpin twice).
   expected<void, store_error> pin(snapshot_handle h);
   expected<void, store_error> unpin(snapshot_handle h);
@@ -301,7 +352,8 @@ public:
   std::uint64_t limit() const noexcept { return limit_; }
 
 private:
-  enum class entry_state : std::uint8_t { vacant, writing, sealing, sealed };
+  // on_disk: sealed, with no extent: its bytes are in the disk tier only.
+  enum class entry_state : std::uint8_t { vacant, writing, sealing, sealed, on_disk };
 
   struct extent {
     std::uint64_t offset = 0;
@@ -324,6 +376,7 @@ private:
     entry_state state = entry_state::vacant;
     bool doomed = false;    // freed while pinned or hashed: released at the last unpin
     bool committed = false; // every page of [offset, offset + size) is committed
+    std::uint64_t disk_id = 0; // its copy in the disk tier; 0: none
     std::vector<extent> cold; // parts not committed yet (commit() faults them in)
   };
 
@@ -364,6 +417,11 @@ private:
   void release_unlocked(const std::vector<extent>& ranges);
   static std::uint64_t insert_free(free_map& map, extent x);
   static std::optional<std::uint64_t> first_fit(const free_map& map, std::uint64_t need);
+  extent demote_locked(std::uint32_t index);
+  expected<bool, store_error> fetch_from_disk(snapshot_handle h);
+  void claim_disk_locked(std::uint32_t model_index, std::string_view model,
+                         const kv_fingerprint& loaded);
+  disk_entry disk_entry_locked(const entry& e) const;
 
   mutable std::mutex mutex_;
   memfd_arena arena_;
@@ -400,6 +458,11 @@ private:
   std::vector<index_record> pending_; // recovered, not claimed yet: their extents are set aside
   std::map<std::uint32_t, std::vector<restored_snapshot>> claimed_; // by model index
   std::optional<index_file> index_file_;
+  std::shared_ptr<disk_backing> disk_;
+  std::vector<disk_entry> disk_pending_; // listed by the disk tier, not claimed yet
+  std::uint64_t disk_demotions_ = 0;
+  std::uint64_t disk_fetches_ = 0;
+  std::uint64_t disk_fetch_bytes_ = 0;
 };
 
 /// "<index>#<generation>", for logs and error messages.

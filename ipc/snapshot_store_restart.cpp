@@ -141,6 +141,9 @@ std::size_t snapshot_store::claim(std::uint32_t model_index, std::string_view mo
       ++taken;
     }
     pending_ = std::move(others);
+    const std::size_t before = claimed_[model_index].size();
+    claim_disk_locked(model_index, model, loaded);
+    taken += claimed_[model_index].size() - before;
   }
   release_unlocked(punch);
   return taken;
@@ -154,6 +157,11 @@ std::size_t snapshot_store::discard_unclaimed() {
     for (const auto& r : pending_)
       recycle_locked(extent{r.offset, r.size}, r.size, punch);
     n = pending_.size();
+    for (const auto& d : disk_pending_)
+      if (disk_)
+        disk_->forget(d.id);
+    n += disk_pending_.size();
+    disk_pending_.clear();
     discarded_[static_cast<std::size_t>(discard_reason::unknown_model)] += n;
     pending_.clear();
   }

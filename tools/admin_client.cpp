@@ -253,8 +253,8 @@ void print_ps(const json& r) {
 }
 
 void print_cache_ls(const json& r) {
-  fmt::print("{:>6} {:<16} {:<10} {:<16} {:>7} {:<8} {:>10} {:>7} {:>5}\n", "ID", "MODEL", "OWNER",
-             "SESSION", "TOKENS", "WHERE", "BYTES", "IDLE", "HITS");
+  fmt::print("{:>6} {:<16} {:<10} {:<16} {:>7} {:<8} {:<6} {:>10} {:>7} {:>5}\n", "ID", "MODEL",
+             "OWNER", "SESSION", "TOKENS", "WHERE", "TIER", "BYTES", "IDLE", "HITS");
   for (auto& e : r["entries"]) {
     auto where = e["where"] == "store"  ? std::string{"store"}
                  : e["dumping"].get<bool>() ? fmt::format("slot {}>", e["slot"].get<int>())
@@ -262,10 +262,12 @@ void print_cache_ls(const json& r) {
     auto owner = e["owner"].is_string() ? e["owner"].get<std::string>()
                                         : std::to_string(e["owner"].get<std::uint64_t>());
     auto session = e["session"].get<std::string>();
-    fmt::print("{:>6} {:<16.16} {:<10.10} {:<16.16} {:>7} {:<8} {:>10} {:>7} {:>5}\n",
+    // A stored entry's tier: memory, disk (read back before a load) or both.
+    auto tier = e.value("tier", std::string{});
+    fmt::print("{:>6} {:<16.16} {:<10.10} {:<16.16} {:>7} {:<8} {:<6} {:>10} {:>7} {:>5}\n",
                e["id"].get<std::uint64_t>(), e["model"].get<std::string>(), owner,
                session.empty() ? std::string{"-"} : session, e["tokens"].get<std::uint32_t>(),
-               where, human_bytes(e["bytes"].get<double>()),
+               where, tier.empty() ? std::string{"-"} : tier, human_bytes(e["bytes"].get<double>()),
                human_duration(e["idle_s"].get<double>()), e["hits"].get<std::uint64_t>());
   }
 }
