@@ -106,6 +106,15 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
 
   std::unique_ptr<engine> self{new engine(sys, shared_store)};
   self->on_complete_ = std::move(on_complete);
+  if (!cfg.store.disk.dir.empty()) {
+    std::vector<std::string> names;
+    for (const auto& m : cfg.models)
+      names.push_back(m.name);
+    auto disk = disk_lane::start(cfg.store.disk, *shared_store, names);
+    if (!disk)
+      return unexpected(fmt::format("snapshot store: disk tier: {}", disk.error()));
+    self->disk_ = std::move(*disk);
+  }
   auto log = logging::get("backend");
   for (std::uint32_t i = 0; i < cfg.models.size(); ++i) {
     const auto& m = cfg.models[i];
@@ -127,7 +136,7 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
       return unexpected(fmt::format("model '{}': fingerprint: {}", m.name, fp.error()));
     if (auto r = shared_store->set_fingerprint(i, m.name, std::move(*fp)); !r)
       return unexpected(fmt::format("model '{}': snapshot store: {}", m.name, r.error().message));
-    if (opened->arena_inherited)
+    if (opened->arena_inherited || self->disk_)
       logging::get("store")->info("model '{}': {} retained snapshots taken back", m.name,
                                   shared_store->claim(i, m.name));
     model_entry e;
@@ -442,6 +451,9 @@ void engine::shutdown(std::string_view why) {
                });
     self->send_exit(m.scheduler, caf::exit_reason::user_shutdown);
   }
+  // What the stop's flush sealed reaches the disk tier before the index is written.
+  if (disk_)
+    disk_->stop(std::chrono::seconds(10));
   // The last word on the store: its retained snapshots, for the next start.
   if (auto n = store_->persist(); n)
     logging::get("store")->log(*n > 0 ? spdlog::level::info : spdlog::level::debug,

@@ -16,6 +16,7 @@
 // shutdown() and the destructor run on the owner's thread; after shutdown() every submit()
 // fails with shutting_down.
 
+#include "actors/disk_lane.hpp"
 #include "actors/engine_config.hpp"
 #include "actors/engine_monitor.hpp"
 #include "actors/grammar_vocabulary.hpp"
@@ -220,6 +221,7 @@ private:
 
   caf::actor_system& sys_;
   std::shared_ptr<ipc::snapshot_store> store_;
+  std::shared_ptr<disk_lane> disk_; ///< the store's disk tier ([store.disk]); null: none
   std::vector<model_entry> models_;
   std::atomic<seq_id> next_id_{1};
   std::atomic<bool> stopped_{false};

@@ -184,7 +184,8 @@ std::uint64_t disk_tier::next_id() {
 expected<void, std::string> disk_tier::write(const disk_entry& e, std::span<const std::byte> bytes,
                                              const std::function<bool(std::size_t)>& pace) {
   if (bytes.size() != e.length)
-    return unexpected(fmt::format("entry {} says {} bytes, {} given", e.id, e.length, bytes.size()));
+    return unexpected(
+      fmt::format("entry {} says {} bytes, {} given", e.id, e.length, bytes.size()));
   const auto path = options_.dir / disk_file_name(e.id);
   auto tmp = path;
   tmp += ".tmp";

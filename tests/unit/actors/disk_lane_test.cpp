@@ -44,7 +44,8 @@ actors::store_disk_config disk_in(const std::string& dir, std::uint64_t max = 64
   return c;
 }
 
-std::shared_ptr<actors::disk_lane> lane_on(snapshot_store& store, const actors::store_disk_config& c) {
+std::shared_ptr<actors::disk_lane> lane_on(snapshot_store& store,
+                                           const actors::store_disk_config& c) {
   auto lane = actors::disk_lane::start(c, store, {"m"});
   REQUIRE(lane);
   return *lane;
