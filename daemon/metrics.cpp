@@ -318,8 +318,8 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
            "Retained KV thrown away instead of used, by reason: the model file, tokenizer, KV "
            "layout, backend or chat format differs from the loaded model's (a snapshot kept "
            "across a restart), its tokens are not the prompt's, its bytes fail their checksum, "
-           "its model is gone; or a whole inherited index was refused (corrupt, unclean stop, "
-           "another arena).");
+           "its model is gone, its disk tier file is damaged; or a whole inherited index was "
+           "refused (corrupt, unclean stop, another arena).");
   for (std::size_t r = 0; r < ipc::discard_reason_count; ++r)
     w.sample("kvlane_store_discarded_total",
              fmt::format("reason=\"{}\"", ipc::to_string(static_cast<ipc::discard_reason>(r))),
@@ -327,6 +327,20 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
   w.family("kvlane_store_restored_snapshots_total", "counter",
            "Retained snapshots taken back from the previous daemon's store at start.");
   w.sample("kvlane_store_restored_snapshots_total", "", double(store.restored_snapshots));
+  w.family("kvlane_store_disk_snapshots", "gauge",
+           "Snapshots with a copy in the disk tier, by where their bytes are: on disk only, or "
+           "in memory too.");
+  w.sample("kvlane_store_disk_snapshots", "tier=\"disk\"", double(store.disk_only_snapshots));
+  w.sample("kvlane_store_disk_snapshots", "tier=\"both\"",
+           double(store.disk_snapshots - store.disk_only_snapshots));
+  w.family("kvlane_store_disk_demotions_total", "counter",
+           "Evictions from memory that kept the snapshot's disk copy.");
+  w.sample("kvlane_store_disk_demotions_total", "", double(store.disk_demotions));
+  w.family("kvlane_store_disk_reads_total", "counter",
+           "Snapshots read back from the disk tier for a load.");
+  w.sample("kvlane_store_disk_reads_total", "", double(store.disk_fetches));
+  w.family("kvlane_store_disk_read_bytes_total", "counter", "Bytes read back from the disk tier.");
+  w.sample("kvlane_store_disk_read_bytes_total", "", double(store.disk_fetch_bytes));
   w.family("kvlane_clients_connected", "gauge", "Client connections.");
   w.sample("kvlane_clients_connected", "", double(clients_connected));
   return w.take();

@@ -181,6 +181,7 @@ TEST_CASE("store disk: without the fd store, retained KV comes back from disk af
     CHECK(cached_of(d.complete(c)) == 99);
   const auto m = d.metrics();
   CHECK(sample(m, "kvlane_store_restored_snapshots_total") == 3);
+  CHECK(sample(m, "kvlane_store_disk_reads_total") == 3);
   for (const auto* reason : {"disk_corrupt", "checksum", "model_changed", "tokens_mismatch"})
     CHECK(discarded(m, reason) == 0);
   // Each was read back and then superseded by its longer next turn: none is
