@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 using namespace kvlane;
 using namespace kvlane::ipc;
 namespace fs = std::filesystem;
@@ -297,5 +299,52 @@ TEST_CASE("disk_lane: max_bytes bounds the files; the least recently used go fir
   CHECK(tier_of(*store, h[0]) == "stale");
   CHECK(tier_of(*store, h[1]) == "disk");
   CHECK(tier_of(*store, h[2]) == "both");
+  lane->stop(10s);
+}
+
+TEST_CASE("disk_lane: a snapshot that comes back through the fd store and from disk is one "
+          "entry, in both tiers; one the disk did not have yet is written back") {
+  kvlane::test::temp_dir dir;
+  int arena_fd = -1;
+  int index_fd = -1;
+  {
+    auto store = make_store(4);
+    auto lane = lane_on(*store, disk_in(dir.path()));
+    put_retained(*store, 1);
+    put_retained(*store, 2);
+    lane->stop(10s);         // both written; the lane is detached from the store
+    put_retained(*store, 3); // sealed with no disk tier attached: memory only
+    auto index = index_file::create();
+    REQUIRE(index);
+    store->attach_index(std::move(*index));
+    REQUIRE(store->persist());
+    arena_fd = ::dup(store->fd());
+    index_fd = ::dup(store->index_fd());
+  }
+  auto arena = memfd_arena::adopt(arena_fd);
+  REQUIRE(arena);
+  auto index = index_file::adopt(index_fd);
+  REQUIRE(index);
+  auto bytes = index->read();
+  REQUIRE(bytes);
+  auto contents = decode_index(*bytes);
+  REQUIRE(contents);
+  store_options o;
+  o.granularity = 64 * kib;
+  auto created = snapshot_store::create(std::move(*arena), o);
+  REQUIRE(created);
+  std::shared_ptr<snapshot_store> store(std::move(*created));
+  REQUIRE(store->register_model(0, 0, 0));
+  REQUIRE(store->set_fingerprint(0, "m", loaded));
+  REQUIRE(store->recover(*contents));
+  auto lane = lane_on(*store, disk_in(dir.path()));
+  CHECK(store->claim(0, "m") == 3);
+  const auto restored = store->take_restored(0);
+  REQUIRE(restored.size() == 3);
+  REQUIRE(lane->wait_idle(10s));
+  for (const auto& r : restored)
+    CHECK(tier_of(*store, r.handle) == "both"); // 1 and 2 linked, 3 written back now
+  CHECK(kv_files(dir.path()) == 3);
+  CHECK(store->stats().disk_fetches == 0); // nothing read: the arena had the bytes
   lane->stop(10s);
 }
