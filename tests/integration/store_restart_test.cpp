@@ -471,3 +471,35 @@ TEST_CASE("store restart: under systemd, systemctl restart keeps the store") {
   CHECK(cached_of(d.complete(conversation(0))) == 99);
   run({"/usr/bin/systemctl", "stop", unit});
 }
+
+TEST_CASE("store restart: with the disk tier as well, the fd store's arena is used first and each "
+          "snapshot stays one entry, in both tiers") {
+  temp_dir dir;
+  notify_socket notify(dir.path() + "/notify");
+  const auto disk = fmt::format("[store.disk]\ndir = \"{}/kv\"\n", dir.path());
+  {
+    const auto config = dir.write(
+      "first.toml", restart_config(dir.path() + "/run1", 1, 64, "512KiB") + disk);
+    const auto log = dir.path() + "/first.log";
+    service svc(config, log, notify);
+    auto d = start(svc, notify, log, dir.path() + "/run1", nullptr);
+    for (int c = 0; c < 3; ++c)
+      CHECK(cached_of(d.complete(conversation(c))) == 0);
+    CHECK(svc.stop() == 0);
+  }
+  const auto config = dir.write(
+    "second.toml", restart_config(dir.path() + "/run2", 1, 64, "512KiB") + disk);
+  const auto log = dir.path() + "/second.log";
+  service svc(config, log, notify);
+  auto d = start(svc, notify, log, dir.path() + "/run2", nullptr);
+  auto m = d.metrics();
+  CHECK(sample(m, "kvlane_store_restored_snapshots_total") == 3); // not 3 from each tier
+  CHECK(sample(m, R"(kvlane_store_disk_snapshots{tier="both"})") == 3);
+  CHECK(sample(m, R"(kvlane_store_disk_snapshots{tier="disk"})") == 0);
+  for (int c = 0; c < 3; ++c)
+    CHECK(cached_of(d.complete(conversation(c))) == 99);
+  m = d.metrics();
+  CHECK(sample(m, "kvlane_store_disk_reads_total") == 0); // the arena had every byte
+  CHECK(discarded(m, "disk_corrupt") == 0);
+  CHECK(svc.stop() == 0);
+}
