@@ -182,6 +182,8 @@ TEST_CASE("store disk: without the fd store, retained KV comes back from disk af
   const auto m = d.metrics();
   CHECK(sample(m, "kvlane_store_restored_snapshots_total") == 3);
   CHECK(sample(m, "kvlane_store_disk_reads_total") == 3);
+  const auto status = json::parse(d.cli({"status", "--json"}));
+  CHECK(status["store"]["disk"]["reads"] == 3);
   for (const auto* reason : {"disk_corrupt", "checksum", "model_changed", "tokens_mismatch"})
     CHECK(discarded(m, reason) == 0);
   // Each was read back and then superseded by its longer next turn: none is
