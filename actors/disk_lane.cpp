@@ -113,13 +113,19 @@ void disk_lane::stop(std::chrono::milliseconds drain) {
   wake_.notify_all();
   if (thread_.joinable())
     thread_.join();
+  // Once detached, no store call is under way or can come (the store calls
+  // with its lock held, which attach_disk takes).
   store_.attach_disk(nullptr);
+  std::deque<job> left;
+  {
+    std::lock_guard lock(mutex_);
+    left.swap(queue_);
+  }
   // Removals still queued: their files are deleted now (each one is a journal
   // record and an unlink); writes not done are dropped.
-  for (const auto& j : queue_)
+  for (const auto& j : left)
     if (!j.write)
       tier_->remove(j.disk_id);
-  queue_.clear();
   const auto f = figures();
   if (f.written > 0)
     logging::get("store")->info(
@@ -198,11 +204,12 @@ void disk_lane::write_one(ipc::snapshot_handle h) {
   auto r = tier_->write(wb->entry, wb->bytes, [this](std::size_t n) { return pace(n); });
   if (!r) {
     (void)store_.end_write_back(h, std::nullopt);
-    logging::get("store")->warn("disk tier: writing snapshot {} failed: {}", ipc::to_string(h),
-                                r.error());
     std::lock_guard lock(mutex_);
     figures_.evicted += evicted;
-    ++figures_.write_failures;
+    // A full or failing disk fails every write: the first and every 64th are logged.
+    if (figures_.write_failures++ % 64 == 0 && !stopping_)
+      logging::get("store")->warn("disk tier: writing snapshot {} failed ({} failures so far): {}",
+                                  ipc::to_string(h), figures_.write_failures, r.error());
     return;
   }
   if (!store_.end_write_back(h, wb->entry.id))
