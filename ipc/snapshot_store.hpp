@@ -18,6 +18,9 @@
 //                (commit() first makes the fill fault-free)
 //   seal()    -> sealed: checksummed, readable, evictable unless pinned
 //   free(), or eviction by a later reserve() -> the handle goes stale
+// With a disk tier attached (attach_disk), a retained snapshot whose copy is
+// on disk is not dropped by an eviction but goes to "on disk" (its handle
+// stays good, it holds no bytes of the arena); verify() reads it back first.
 //
 // Thread contract:
 //  - Every method is thread-safe. One internal mutex guards metadata only; it
