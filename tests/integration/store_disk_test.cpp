@@ -248,6 +248,11 @@ TEST_CASE("store disk: a SIGKILL while writes are in flight loses only those; th
   const int written = at_kill["both"];
   CHECK(written >= 1);
   CHECK(at_kill["memory"] >= 1); // at least one write was in flight or queued at the kill
+  // The one in flight left its temporary file: never listed, deleted at the next start.
+  std::size_t torn = 0;
+  for (const auto& f : fs::directory_iterator(disk_dir))
+    torn += f.path().extension() == ".tmp";
+  CHECK(torn == 1);
 
   daemon_run d(dir, "second", disk_dir, o);
   // Written in seal order: conversations 0, 1, ... The one being written at
@@ -265,6 +270,7 @@ TEST_CASE("store disk: a SIGKILL while writes are in flight loses only those; th
   CHECK(reused >= written);
   CHECK(reused <= written + 1);
   CHECK(reused < conversations - 1);
+  CHECK(d.log().find("1 unlisted files (writes cut short)") != std::string::npos);
   const auto m = d.metrics();
   CHECK(discarded(m, "disk_corrupt") == 0);
   CHECK(discarded(m, "checksum") == 0);
