@@ -105,8 +105,8 @@ void disk_lane::stop(std::chrono::milliseconds drain) {
     wake_.notify_all();
     const bool drained = idle_.wait_for(lock, drain, [&] { return queue_.empty() && !busy_; });
     if (!drained)
-      logging::get("store")->warn("disk tier: {} writes still queued after {} ms; their snapshots "
-                                  "are not kept on disk",
+      logging::get("store")->warn("disk tier: {} jobs still queued after {} ms; the snapshots "
+                                  "not written yet are not kept on disk",
                                   queue_.size(), drain.count());
     stopping_ = true;
   }
