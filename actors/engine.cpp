@@ -106,74 +106,64 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
 
   std::unique_ptr<engine> self{new engine(sys, shared_store)};
   self->on_complete_ = std::move(on_complete);
+  self->models_ = cfg.models;
+  self->cfg_ = cfg;
+  self->ctx_.sys = &sys;
+  self->ctx_.store = shared_store;
+  self->ctx_.observer = std::move(observer);
+  self->ctx_.on_failure = std::move(on_failure);
+  self->ctx_.stats_refresh = stats_refresh;
+  self->ctx_.hash_cache = handoff.hash_cache;
+  self->ctx_.free_transfers = free_transfers;
+  // Every configured model has its store account (and floor) whether loaded or not.
+  for (std::uint32_t i = 0; i < cfg.models.size(); ++i) {
+    const auto& m = cfg.models[i];
+    if (auto r = shared_store->register_model(i, m.store_floor_bytes, m.store_cap_bytes); !r)
+      return unexpected(fmt::format("model '{}': snapshot store: {}", m.name, r.error().message));
+  }
+  std::vector<std::string> names;
+  std::vector<keep_alive> keeps;
+  for (const auto& m : cfg.models) {
+    names.push_back(m.name);
+    keeps.push_back(m.keep);
+  }
+  model_loader loader;
+  auto* raw = self.get();
+  loader.load = [raw](std::size_t i) {
+    return load_model_instance(raw->ctx_, raw->current_config(), static_cast<std::uint32_t>(i));
+  };
+  loader.unload = [raw](const model_entry& m) {
+    stop_model_instance(raw->sys_, m, fmt::format("model '{}' unloaded", m.name), true);
+  };
+  self->registry_ = std::make_unique<model_registry>(
+    std::move(names), std::move(keeps),
+    model_registry::options{cfg.lifecycle.max_loaded, cfg.lifecycle.load_timeout},
+    std::move(loader));
   if (!cfg.store.disk.dir.empty()) {
-    std::vector<std::string> names;
-    for (const auto& m : cfg.models)
-      names.push_back(m.name);
-    auto disk = disk_lane::start(cfg.store.disk, *shared_store, names);
+    auto disk = disk_lane::start(cfg.store.disk, *shared_store, self->registry_->names());
     if (!disk)
       return unexpected(fmt::format("snapshot store: disk tier: {}", disk.error()));
     self->disk_ = std::move(*disk);
   }
-  auto log = logging::get("backend");
   for (std::uint32_t i = 0; i < cfg.models.size(); ++i) {
-    const auto& m = cfg.models[i];
-    auto backend_cfg = m.backend;
-    if (free_transfers) {
-      backend_cfg.sim.dump_min_ms = backend_cfg.sim.dump_max_ms = 0;
-      backend_cfg.sim.load_min_ms = backend_cfg.sim.load_max_ms = 0;
+    if (!cfg.models[i].load_at_start)
+      continue;
+    auto e = load_model_instance(self->ctx_, cfg, i);
+    if (!e) {
+      for (auto& loaded : self->registry_->stop("start-up failed"))
+        stop_model_instance(sys, *loaded, "start-up failed", false);
+      return unexpected(std::move(e).error());
     }
-    auto b = backends::make_backend(m.name, backend_cfg);
-    if (!b)
-      return unexpected(fmt::format("model '{}': backend '{}' failed to load: {} ({})", m.name,
-                                    m.backend.kind, b.error().message,
-                                    backends::to_string(b.error().code)));
-    if (auto r = shared_store->register_model(i, m.store_floor_bytes, m.store_cap_bytes); !r)
-      return unexpected(fmt::format("model '{}': snapshot store: {}", m.name, r.error().message));
-    // Retained snapshots of an earlier daemon are taken back only under this fingerprint.
-    auto fp = fingerprint_of(m, **b, handoff.hash_cache);
-    if (!fp)
-      return unexpected(fmt::format("model '{}': fingerprint: {}", m.name, fp.error()));
-    if (auto r = shared_store->set_fingerprint(i, m.name, std::move(*fp)); !r)
-      return unexpected(fmt::format("model '{}': snapshot store: {}", m.name, r.error().message));
-    if (opened->arena_inherited || self->disk_)
-      logging::get("store")->info("model '{}': {} retained snapshots taken back", m.name,
-                                  shared_store->claim(i, m.name));
-    model_entry e;
-    e.name = m.name;
-    e.index = i;
-    e.backend = std::shared_ptr<backends::backend>{std::move(*b)};
-    e.info = e.backend->info();
-    const auto& info = e.info;
-    log->info("model '{}' loaded on backend '{}': {} slots, max context {}, prefill chunk {}, "
-              "vocab {}, snapshot {} MiB ({}), transfer overlaps compute: {}",
-              m.name, m.backend.kind, info.slots, info.max_context, info.max_prefill_chunk,
-              info.vocab_size, info.snapshot_bytes >> 20, backends::to_string(info.caps.extent),
-              info.caps.transfer_overlaps_compute ? "yes" : "no");
-    scheduler_setup setup;
-    setup.model = m.name;
-    setup.model_index = i;
-    setup.backend = e.backend;
-    setup.store = shared_store;
-    setup.policy = cfg.scheduler;
-    setup.reuse = cfg.reuse;
-    setup.observer = observer;
-    e.compute_heartbeat = std::make_shared<lane_heartbeat>();
-    e.transfer_heartbeat = std::make_shared<lane_heartbeat>();
-    setup.compute_heartbeat = e.compute_heartbeat;
-    setup.transfer_heartbeat = e.transfer_heartbeat;
-    e.scheduler = spawn_scheduler(sys, std::move(setup));
-    e.health = std::make_shared<model_health>();
-    e.grammar = std::make_shared<model_grammar>(
-      e.backend, std::min(e.backend->tokens().size(), info.vocab_size));
-    self->models_.push_back(std::move(e));
+    self->registry_->adopt(i, std::move(*e));
   }
-  std::vector<monitored_model> watched;
-  for (auto& e : self->models_)
-    watched.push_back({e.name, e.scheduler, e.health});
-  self->monitor_ = spawn_engine_monitor(sys, std::move(watched), stats_refresh, std::move(on_failure));
   if (opened->arena_inherited) {
-    const auto unclaimed = shared_store->discard_unclaimed();
+    // KV of a configured model that loads later stays pending until it loads.
+    std::vector<std::string> later;
+    for (const auto& m : cfg.models)
+      if (!m.load_at_start)
+        later.push_back(m.name);
+    const auto unclaimed = later.empty() ? shared_store->discard_unclaimed()
+                                         : shared_store->discard_pending_except(later);
     logging::get("store")->info(
       "snapshot store: inherited arena mapped in place; its index listed {} snapshots ({} MiB), "
       "{} of models no longer configured were dropped",
@@ -181,41 +171,35 @@ expected<std::unique_ptr<engine>, std::string> engine::create(caf::actor_system&
   }
   logging::get("store")->info("snapshot store: {} MiB limit, committed on use",
                                       cfg.store.max_bytes >> 20);
+  self->registry_->start();
   return self;
 }
 
-const model_entry* engine::find_model(std::string_view name) const noexcept {
-  for (auto& m : models_)
-    if (m.name == name)
-      return &m;
-  return nullptr;
+std::optional<submit_error> engine::refuse(const submit_request& req) const {
+  if (stopped_)
+    return submit_error{submit_errc::shutting_down, "the daemon is shutting down"};
+  if (!is_configured(req.model))
+    return submit_error{submit_errc::unknown_model, unknown_model(req.model)};
+  if (!admitting_)
+    return submit_error{submit_errc::draining, "the daemon is draining and admits no new requests"};
+  return std::nullopt;
 }
 
-expected<std::pair<const model_entry*, submission_ptr>, submit_error>
-engine::prepare(submit_request& req) {
+expected<submission_ptr, submit_error> engine::prepare(submit_request& req, const model_entry& mm,
+                                                      seq_id preset_id) {
   auto fail = [](submit_errc code, std::string msg) {
     return unexpected(submit_error{code, std::move(msg)});
   };
-  if (stopped_)
-    return fail(submit_errc::shutting_down, "the daemon is shutting down");
-  auto* m = find_model(req.model);
-  if (!m) {
-    std::string known;
-    for (auto& x : models_)
-      known += (known.empty() ? "" : ", ") + x.name;
-    return fail(submit_errc::unknown_model,
-                fmt::format("unknown model '{}' (loaded: {})", req.model, known));
-  }
+  const auto* m = &mm;
   if (m->health->failed())
     return fail(submit_errc::model_failed,
                 fmt::format("model '{}' failed and accepts no requests: {}", m->name,
                             m->health->reason()));
-  if (!admitting_)
-    return fail(submit_errc::draining, "the daemon is draining and admits no new requests");
   const auto& info = m->info;
   const auto& tok = m->backend->tokens();
 
   auto sub = std::make_shared<submission>();
+  sub->id = preset_id;
   if (!req.prompt_text.empty()) {
     if (!req.prompt_tokens.empty())
       return fail(submit_errc::invalid_request, "give the prompt as text or as tokens, not both");
@@ -257,48 +241,103 @@ engine::prepare(submit_request& req) {
     sub->constraint = std::make_shared<const constraint_setup>(m->grammar->setup_for(req.constraint));
   }
 
-  sub->id = next_id_.fetch_add(1);
+  if (sub->id == 0)
+    sub->id = next_id_.fetch_add(1);
   sub->fairness_unit = req.fairness_unit.empty() ? req.client : std::move(req.fairness_unit);
   sub->client = std::move(req.client);
   sub->priority = req.priority;
   sub->owner = req.owner;
   sub->session_name = std::move(req.session_name);
   sub->sampling = std::move(req.sampling);
-  return std::pair{m, std::move(sub)};
+  return sub;
 }
 
 expected<std::shared_ptr<token_stream>, submit_error> engine::submit(submit_request req) {
-  auto p = prepare(req);
-  if (!p)
-    return unexpected(std::move(p).error());
-  auto [m, sub] = std::move(*p);
-  auto stream = std::make_shared<token_stream>(sub->id, m->name, m->scheduler);
-  sub->session = spawn_session(sys_, stream, std::chrono::steady_clock::now(),
-                               {m->name, m->scheduler, m->health}, end_hook_for(*m, *sub));
-  caf::anon_send(m->scheduler, submit_atom::value, std::move(sub));
+  if (auto no = refuse(req))
+    return unexpected(std::move(*no));
+  auto lease = registry_->acquire_wait(*registry_->index_of(req.model), req.keep);
+  if (!lease)
+    return unexpected(submit_error{submit_errc::model_failed, std::move(lease).error()});
+  const auto& m = (*lease)->model();
+  auto sub = prepare(req, m, 0);
+  if (!sub)
+    return unexpected(std::move(sub).error());
+  auto stream = std::make_shared<token_stream>((*sub)->id, m.name, m.scheduler);
+  (*sub)->session = spawn_session(sys_, stream, std::chrono::steady_clock::now(),
+                                  {m.name, m.scheduler, m.health},
+                                  end_hook_for(m, **sub, *lease));
+  caf::anon_send(m.scheduler, submit_atom::value, std::move(*sub));
   return stream;
+}
+
+expected<seq_id, submit_error> engine::submit_loaded(submit_request req,
+                                                     std::shared_ptr<stream_sink> sink,
+                                                     lease_ptr lease, seq_id id) {
+  const auto& m = lease->model();
+  auto sub = prepare(req, m, id);
+  if (!sub)
+    return unexpected(std::move(sub).error());
+  const auto seq = (*sub)->id;
+  (*sub)->session = spawn_session(sys_, std::move(sink), std::chrono::steady_clock::now(),
+                                  {m.name, m.scheduler, m.health},
+                                  end_hook_for(m, **sub, std::move(lease)));
+  caf::anon_send(m.scheduler, submit_atom::value, std::move(*sub));
+  return seq;
 }
 
 expected<seq_id, submit_error> engine::submit(submit_request req,
                                               std::shared_ptr<stream_sink> sink) {
-  auto p = prepare(req);
-  if (!p)
-    return unexpected(std::move(p).error());
-  auto [m, sub] = std::move(*p);
-  auto id = sub->id;
-  sub->session = spawn_session(sys_, std::move(sink), std::chrono::steady_clock::now(),
-                               {m->name, m->scheduler, m->health}, end_hook_for(*m, *sub));
-  caf::anon_send(m->scheduler, submit_atom::value, std::move(sub));
+  if (auto no = refuse(req))
+    return unexpected(std::move(*no));
+  const auto index = *registry_->index_of(req.model);
+  if (auto lease = registry_->try_acquire(index, req.keep))
+    return submit_loaded(std::move(req), std::move(sink), std::move(lease), 0);
+  // The model is not loaded: the request goes in once it is.
+  const seq_id id = next_id_.fetch_add(1);
+  {
+    std::lock_guard lock{deferred_mu_};
+    deferred_.insert(id);
+  }
+  auto keep = req.keep;
+  registry_->acquire(index, keep, [this, id, req = std::move(req), sink](model_registry::acquired a) mutable {
+    bool cancelled = false;
+    {
+      std::lock_guard lock{deferred_mu_};
+      deferred_.erase(id);
+      cancelled = cancelled_.erase(id) > 0;
+    }
+    stream_end end;
+    if (cancelled) {
+      end.reason = end_reason::cancelled;
+      end.message = "cancelled while its model loaded";
+    } else if (!a) {
+      end.reason = end_reason::error;
+      end.message = std::move(a).error();
+    } else if (auto r = submit_loaded(std::move(req), sink, std::move(*a), id); !r) {
+      end.reason = end_reason::error;
+      end.message = std::move(r).error().message;
+    } else {
+      return;
+    }
+    sink->on_end(end);
+  });
   return id;
 }
 
 void engine::cancel(std::string_view model, seq_id id) {
-  if (auto* m = find_model(model))
+  {
+    std::lock_guard lock{deferred_mu_};
+    if (deferred_.contains(id)) {
+      cancelled_.insert(id); // it ends as cancelled once its model has loaded
+      return;
+    }
+  }
+  if (auto m = find_model(model))
     caf::anon_send(m->scheduler, cancel_atom::value, id);
 }
 
 void engine::stop(std::string_view model, seq_id id, std::uint32_t generated, std::uint32_t keep) {
-  if (auto* m = find_model(model))
+  if (auto m = find_model(model))
     caf::anon_send(m->scheduler, stop_atom::value, id, generated, std::min(keep, generated));
 }
 
@@ -313,9 +352,9 @@ bool engine::cancel(seq_id id, std::chrono::milliseconds timeout) {
 
 std::string engine::stuck_call(std::chrono::nanoseconds limit) const {
   const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-  for (auto& m : models_)
-    for (auto [lane, hb] : {std::pair{"compute", m.compute_heartbeat.get()},
-                             std::pair{"transfer", m.transfer_heartbeat.get()}}) {
+  for (auto& e : loaded_models())
+    for (const auto& m = *e; auto [lane, hb] : {std::pair{"compute", m.compute_heartbeat.get()},
+                                               std::pair{"transfer", m.transfer_heartbeat.get()}}) {
       auto since = hb->busy_since_ns.load(std::memory_order_relaxed);
       if (since != 0 && now - since > limit.count())
         return fmt::format("model '{}': the {} lane's backend call has run for {} ms", m.name,
@@ -329,20 +368,30 @@ bool engine::update_reuse(const actors::reuse_policy& reuse, std::chrono::millis
   share.reuse = reuse;
   share.store.max_bytes = store_->limit();
   store_->set_retained_limit(retained_share_bytes(share));
+  {
+    std::lock_guard lock{cfg_mu_};
+    cfg_.reuse = reuse; // models loaded later start with it
+  }
   bool ok = true;
   caf::scoped_actor self{sys_};
-  for (auto& m : models_)
-    self->request(m.scheduler, timeout, reuse_atom::value, reuse)
+  for (auto& m : loaded_models())
+    self->request(m->scheduler, timeout, reuse_atom::value, reuse)
       .receive([](bool) {}, [&](caf::error&) { ok = false; });
   return ok;
 }
 
 bool engine::update_policy(const actors::scheduler_policy& policy,
                            std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard lock{cfg_mu_};
+    const auto mode = cfg_.scheduler.mode; // the mode stays
+    cfg_.scheduler = policy;
+    cfg_.scheduler.mode = mode;
+  }
   bool ok = true;
   caf::scoped_actor self{sys_};
-  for (auto& m : models_)
-    self->request(m.scheduler, timeout, policy_atom::value, policy)
+  for (auto& m : loaded_models())
+    self->request(m->scheduler, timeout, policy_atom::value, policy)
       .receive([](bool) {}, [&](caf::error&) { ok = false; });
   return ok;
 }
@@ -350,8 +399,8 @@ bool engine::update_policy(const actors::scheduler_policy& policy,
 std::vector<sequence_info> engine::list(std::chrono::milliseconds timeout) const {
   std::vector<sequence_info> out;
   caf::scoped_actor self{sys_};
-  for (auto& m : models_)
-    self->request(m.scheduler, timeout, list_atom::value)
+  for (auto& m : loaded_models())
+    self->request(m->scheduler, timeout, list_atom::value)
       .receive([&](sequence_list_ptr l) { out.insert(out.end(), l->begin(), l->end()); },
                [](caf::error&) {});
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.id < b.id; });
@@ -360,11 +409,12 @@ std::vector<sequence_info> engine::list(std::chrono::milliseconds timeout) const
 
 expected<std::vector<retained_info>, std::string>
 engine::list_retained(std::string_view model, std::chrono::milliseconds timeout) const {
-  if (!model.empty() && find_model(model) == nullptr)
+  if (!model.empty() && !is_configured(model))
     return unexpected(fmt::format("unknown model '{}'", model));
   std::vector<retained_info> out;
   caf::scoped_actor self{sys_};
-  for (auto& m : models_) {
+  for (auto& e : loaded_models()) { // an unloaded model's KV waits in the store, unlisted
+    const auto& m = *e;
     if ((!model.empty() && m.name != model) || m.health->failed())
       continue; // a failed model holds nothing reusable any more
     std::optional<std::string> failure;
@@ -382,9 +432,11 @@ engine::list_retained(std::string_view model, std::chrono::milliseconds timeout)
 expected<retained_drop_result, std::string>
 engine::drop_retained(std::string_view model, const retained_drop_request& req,
                       std::chrono::milliseconds timeout) {
-  const auto* m = find_model(model);
-  if (m == nullptr)
+  if (!is_configured(model))
     return unexpected(fmt::format("unknown model '{}'", model));
+  const auto m = find_model(model);
+  if (m == nullptr)
+    return unexpected(fmt::format("model '{}' is not loaded", model));
   if (m->health->failed())
     return unexpected(fmt::format("model '{}' failed: {}", model, m->health->reason()));
   caf::scoped_actor self{sys_};
@@ -399,7 +451,7 @@ engine::drop_retained(std::string_view model, const retained_drop_request& req,
 }
 
 void engine::forget_session(std::string_view model, std::uint64_t user, std::string session) {
-  const auto* m = find_model(model);
+  const auto m = find_model(model);
   if (m == nullptr || m->health->failed())
     return;
   retained_drop_request req;
@@ -408,11 +460,12 @@ void engine::forget_session(std::string_view model, std::uint64_t user, std::str
   caf::anon_send(m->scheduler, cache_drop_atom::value, std::move(req));
 }
 
-end_hook engine::end_hook_for(const model_entry& m, const submission& sub) const {
-  if (!on_complete_)
-    return {};
+end_hook engine::end_hook_for(const model_entry& m, const submission& sub, lease_ptr lease) const {
+  // The lease goes with the hook: the model stays loaded until the stream ends.
   return [hook = on_complete_, model = m.name, client = sub.client, id = sub.id,
-          priority = sub.priority](const stream_end& end) {
+          priority = sub.priority, lease = std::move(lease)](const stream_end& end) {
+    if (!hook)
+      return;
     completion c;
     c.model = model;
     c.client = client;
@@ -426,31 +479,12 @@ end_hook engine::end_hook_for(const model_entry& m, const submission& sub) const
 void engine::shutdown(std::string_view why) {
   if (stopped_.exchange(true))
     return;
-  caf::scoped_actor self{sys_};
-  // The monitor goes first: schedulers stopping now are not failures.
-  if (monitor_)
-    self->send_exit(monitor_, caf::exit_reason::user_shutdown);
-  // Retained KV still warm in slots goes to the store first, so the index
-  // written below keeps it across a restart (bounded: a slow device loses it).
-  for (auto& m : models_)
-    if (!m.health->failed())
-      self->request(m.scheduler, std::chrono::seconds(5), flush_warm_atom::value)
-        .receive([](bool) {},
-                 [&](caf::error& err) {
-                   logging::get("store")->warn("model '{}': warm retained KV not all stored: {}",
-                                               m.name, caf::to_string(err));
-                 });
-  for (auto& m : models_) {
-    if (m.health->failed())
-      continue; // its streams ended when it failed
-    self->request(m.scheduler, std::chrono::seconds(10), shutdown_atom::value, std::string{why})
-      .receive([](bool) {},
-               [&](caf::error& err) {
-                 logging::get("scheduler")
-                   ->error("model '{}': shutdown request failed: {}", m.name, caf::to_string(err));
-               });
-    self->send_exit(m.scheduler, caf::exit_reason::user_shutdown);
-  }
+  // Requests waiting for a model to load fail; a load or unload under way completes first.
+  if (registry_) // (null: create() failed before any model)
+    for (auto& m : registry_->stop(fmt::format("the model did not load: {}", why))) {
+      stop_model_instance(sys_, *m, why, false);
+      logging::get("backend")->info("model '{}' unloaded", m->name);
+    }
   // What the stop's flush sealed reaches the disk tier before the index is written.
   if (disk_)
     disk_->stop(std::chrono::seconds(10));
@@ -465,9 +499,11 @@ void engine::shutdown(std::string_view why) {
 
 expected<scheduler_stats, std::string> engine::stats(std::string_view model,
                                                      std::chrono::milliseconds timeout) const {
-  auto* m = find_model(model);
-  if (!m)
+  if (!is_configured(model))
     return unexpected(fmt::format("unknown model '{}'", model));
+  const auto m = find_model(model);
+  if (!m)
+    return unexpected(fmt::format("model '{}' is not loaded", model));
   if (m->health->failed()) {
     auto s = m->health->last_stats().value_or(scheduler_stats{});
     s.model = m->name;
@@ -485,7 +521,7 @@ expected<scheduler_stats, std::string> engine::stats(std::string_view model,
 }
 
 std::optional<scheduler_stats> engine::cached_stats(std::string_view model) const {
-  auto* m = find_model(model);
+  const auto m = find_model(model);
   if (!m)
     return std::nullopt;
   auto s = m->health->last_stats();
@@ -502,9 +538,9 @@ std::optional<scheduler_stats> engine::cached_stats(std::string_view model) cons
 
 std::vector<model_failure> engine::failures() const {
   std::vector<model_failure> out;
-  for (auto& m : models_)
-    if (m.health->failed())
-      out.push_back({m.name, m.health->reason()});
+  for (auto& m : loaded_models())
+    if (m->health->failed())
+      out.push_back({m->name, m->health->reason()});
   return out;
 }
 

@@ -2,8 +2,10 @@
 
 // kvlane::actors::engine — the in-process face of the serving core.
 //
-// Owns the shared snapshot store and, per configured model, its backend and
-// scheduler actor (which owns the model's two lanes). submit() validates a
+// Owns the shared snapshot store and, per loaded model, its backend and
+// scheduler actor (which owns the model's two lanes, actors/model_instance).
+// Models load on first use and unload after their keep_alive, at most
+// [models] max_loaded at once (actors/model_registry). submit() validates a
 // request synchronously — draining, unknown model, bad sampling parameters, a
 // request larger than the model's context, an empty prompt — and on success
 // returns at once, with the request's token_stream or, given a stream_sink,
@@ -11,8 +13,13 @@
 // daemon (each client connection submits through it, the admin socket lists,
 // cancels and reloads through it), by tests and by benchmarks.
 //
-// Threading: submit(), cancel(), stop(), list(), list_retained(), drop_retained(), stats(),
-// store_stats(), update_policy(), update_reuse() and set_admitting() are thread-safe.
+// A request for a model that is not loaded waits for it to load: the sink form
+// of submit() returns at once and submits once the model is loaded (or ends the
+// stream with the load's error); the token_stream form blocks meanwhile.
+// Every running request holds a lease on its model until its stream ends, so a
+// model with running requests never unloads.
+//
+// Threading: every public method but shutdown() and the destructor is thread-safe.
 // shutdown() and the destructor run on the owner's thread; after shutdown() every submit()
 // fails with shutting_down.
 
@@ -21,6 +28,8 @@
 #include "actors/engine_monitor.hpp"
 #include "actors/grammar_vocabulary.hpp"
 #include "actors/model_health.hpp"
+#include "actors/model_instance.hpp"
+#include "actors/model_registry.hpp"
 #include "actors/output_constraint.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/store_restart.hpp"
@@ -31,6 +40,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <unordered_set>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,6 +69,9 @@ struct submit_request {
   bool stop_at_eos = true; ///< add the model's stop tokens (its tokenizer's) to the stop tokens
   /// The grammar the output follows (structured output, tool calls); null: free text.
   std::shared_ptr<const output_constraint> constraint;
+  /// How long the model stays loaded after this request (Ollama's keep_alive);
+  /// none: the model's configured keep_alive.
+  std::optional<keep_alive> keep;
 };
 
 enum class submit_errc : std::uint8_t {
@@ -87,19 +101,6 @@ struct completion {
 /// Called from an actor thread when a request ends; must not block.
 using completion_hook = std::function<void(const completion&)>;
 
-struct model_entry {
-  std::string name;
-  std::uint32_t index = 0;
-  backends::backend_info info;
-  std::shared_ptr<backends::backend> backend;
-  caf::actor scheduler;
-  std::shared_ptr<lane_heartbeat> compute_heartbeat;
-  std::shared_ptr<lane_heartbeat> transfer_heartbeat;
-  std::shared_ptr<model_health> health; ///< failed or serving, and the latest figures
-  /// Its grammar vocabulary (built on the first constrained request) and mask caches.
-  std::shared_ptr<model_grammar> grammar;
-};
-
 /// A model that failed, and why.
 struct model_failure {
   std::string model;
@@ -108,7 +109,7 @@ struct model_failure {
 
 class engine {
 public:
-  /// Creates the store and one backend + scheduler per model. In mode
+  /// Creates the store and loads the models with load_at_start. In mode
   /// `free-transfer` every model must use the sim, whose transfer times are zeroed.
   /// `on_failure` (optional) is called once per model that fails, on an
   /// actor thread; it must not block. `handoff`: an earlier daemon's store
@@ -123,11 +124,16 @@ public:
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
 
-  /// Submits a request whose tokens go to a token_stream (returned).
+  /// Submits a request whose tokens go to a token_stream (returned); waits
+  /// for the model to load if it is not loaded.
   expected<std::shared_ptr<token_stream>, submit_error> submit(submit_request req);
 
   /// Submits a request whose tokens go to `sink` (called from an actor
-  /// thread; must not block). Returns the sequence id, for cancel().
+  /// thread, or the model registry's when the model fails to load; must not
+  /// block). Returns the sequence id, for cancel(). For a model that is not
+  /// loaded it returns at once: the request is checked and submitted once the
+  /// model has loaded, and a request that fails then ends its stream with
+  /// reason error and the cause.
   expected<seq_id, submit_error> submit(submit_request req, std::shared_ptr<stream_sink> sink);
 
   /// Cancels a sequence of `model`; unknown ids are ignored. Returns at once.
@@ -206,28 +212,63 @@ public:
   static constexpr std::chrono::milliseconds stats_refresh{100};
   ipc::store_stats store_stats() const;
 
-  const std::vector<model_entry>& models() const noexcept { return models_; }
-  const model_entry* find_model(std::string_view name) const noexcept;
+  // -- models and their lifecycle (docs/architecture.md, "Model lifecycle") -------
+
+  /// Every configured model (loadable), in config order.
+  const std::vector<model_config>& configured() const noexcept { return models_; }
+  bool is_configured(std::string_view name) const noexcept;
+  /// The loaded models' instances, in config order.
+  std::vector<std::shared_ptr<const model_entry>> loaded_models() const;
+  /// The instance of `name` if it is loaded now (nothing loads).
+  std::shared_ptr<const model_entry> find_model(std::string_view name) const;
+  /// Calls `done` with a lease on `name` once it is loaded (loading it first
+  /// if needed), or an error naming the model and the cause. See
+  /// model_registry::acquire for the threads `done` runs on.
+  void acquire(std::string_view name, std::optional<keep_alive> keep,
+               model_registry::acquire_callback done);
+  /// Loads `name` (waits, bounded by [models] load_timeout_ms); it then stays
+  /// loaded for `keep` (none: its configured keep_alive). Returns what happened.
+  expected<std::string, std::string> load(std::string_view name, std::optional<keep_alive> keep);
+  /// Unloads `name` now, or when its running requests end (its warm KV goes
+  /// to the store first). Returns what happened.
+  expected<std::string, std::string> unload(std::string_view name);
+  /// Every configured model with its state, keep_alive and expiry.
+  std::vector<model_status> model_statuses() const;
+
   ipc::snapshot_store& store() noexcept { return *store_; }
 
 private:
   engine(caf::actor_system& sys, std::shared_ptr<ipc::snapshot_store> store);
 
-  end_hook end_hook_for(const model_entry& m, const submission& sub) const;
+  end_hook end_hook_for(const model_entry& m, const submission& sub, lease_ptr lease) const;
 
-  /// Validates `req` into a submission for the returned model.
-  expected<std::pair<const model_entry*, submission_ptr>, submit_error>
-  prepare(submit_request& req);
+  /// Validates `req` into a submission for `m`.
+  expected<submission_ptr, submit_error> prepare(submit_request& req, const model_entry& m,
+                                                seq_id preset_id);
+  /// Checks before anything loads: shutting down, unknown model, draining.
+  std::optional<submit_error> refuse(const submit_request& req) const;
+  /// Prepares and submits `req` on its leased, loaded model; `id`: preset (deferred) or 0.
+  expected<seq_id, submit_error> submit_loaded(submit_request req, std::shared_ptr<stream_sink> sink,
+                                               lease_ptr lease, seq_id id);
+  engine_config current_config() const;
+  /// "unknown model 'x' (configured: ...)".
+  std::string unknown_model(std::string_view name) const;
 
   caf::actor_system& sys_;
   std::shared_ptr<ipc::snapshot_store> store_;
   std::shared_ptr<disk_lane> disk_; ///< the store's disk tier ([store.disk]); null: none
-  std::vector<model_entry> models_;
+  std::vector<model_config> models_;
+  mutable std::mutex cfg_mu_;
+  engine_config cfg_; ///< what a model loads with (policy and reuse as last updated)
+  instance_context ctx_;
+  std::unique_ptr<model_registry> registry_;
+  std::mutex deferred_mu_;
+  std::unordered_set<seq_id> deferred_;  ///< submitted while their model loads
+  std::unordered_set<seq_id> cancelled_; ///< of those, cancelled before they ran
   std::atomic<seq_id> next_id_{1};
   std::atomic<bool> stopped_{false};
   std::atomic<bool> admitting_{true};
   completion_hook on_complete_;
-  caf::actor monitor_; ///< engine_monitor: watches every scheduler
 };
 
 } // namespace kvlane::actors

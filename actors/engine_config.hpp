@@ -8,12 +8,14 @@
 // format. The daemon's config (daemon/config.hpp) extends this type with its
 // own sections; tools and tests build it directly.
 
+#include "actors/keep_alive.hpp"
 #include "actors/policy.hpp"
 #include "actors/reuse_policy.hpp"
 #include "backends/backend_config.hpp"
 #include "backends/chat_format.hpp"
 #include "ipc/snapshot_store.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,6 +29,10 @@ struct model_config {
   backends::chat_format chat_format = backends::chat_format::chatml;
   std::uint64_t store_floor_bytes = 0; ///< snapshot store bytes reserved for this model
   std::uint64_t store_cap_bytes = 0;   ///< most snapshot store bytes it may use; 0 = no cap
+  /// Idle time before it unloads when a request does not say ([[model]] keep_alive).
+  keep_alive keep = keep_alive::after(std::chrono::minutes(5));
+  /// Loaded when the daemon starts (else on first use).
+  bool load_at_start = true;
 
   friend bool operator==(const model_config&, const model_config&) = default;
 };
@@ -56,8 +62,19 @@ struct store_config {
   friend bool operator==(const store_config&, const store_config&) = default;
 };
 
+/// [models]: how many models are resident, and how long a request waits for one.
+struct lifecycle_config {
+  std::uint32_t max_loaded = 0; ///< models loaded at once; 0 = no bound
+  /// How long a request waits for its model to load (including waiting for
+  /// room under max_loaded) before it fails.
+  std::chrono::milliseconds load_timeout{std::chrono::minutes(5)};
+
+  friend bool operator==(const lifecycle_config&, const lifecycle_config&) = default;
+};
+
 struct engine_config {
   std::vector<model_config> models;
+  lifecycle_config lifecycle;
   scheduler_policy scheduler;
   reuse_policy reuse;
   store_config store;

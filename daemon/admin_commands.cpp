@@ -1,6 +1,7 @@
 #include "daemon/admin_commands.hpp"
 
 #include "common/model_name.hpp"
+#include "daemon/model_commands.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -53,11 +54,13 @@ std::uint64_t id_field(const json& req, std::string_view name) {
 
 std::vector<actors::scheduler_stats> all_stats(const admin_services& s) {
   std::vector<actors::scheduler_stats> out;
-  for (auto& m : s.engine->models()) {
-    auto st = s.engine->stats(m.name);
+  for (auto& m : s.engine->loaded_models()) { // a model unloaded meanwhile is left out
+    auto st = s.engine->stats(m->name);
+    if (!st && s.engine->find_model(m->name) == nullptr)
+      continue;
     if (!st)
       throw command_error{"failed",
-                          fmt::format("model '{}' did not answer: {}", m.name, st.error())};
+                          fmt::format("model '{}' did not answer: {}", m->name, st.error())};
     out.push_back(std::move(*st));
   }
   return out;
@@ -110,8 +113,15 @@ json device_json(const actors::scheduler_stats& st) {
 json status(const admin_services& s) {
   auto uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started);
   json models = json::array();
+  const auto lifecycle = model_states_json(*s.engine);
+  const auto lifecycle_of = [&](const std::string& name) {
+    for (const auto& l : lifecycle)
+      if (l["name"] == name)
+        return l;
+    return json(nullptr);
+  };
   for (auto& st : all_stats(s)) {
-    const auto* m = s.engine->find_model(st.model);
+    const auto m = s.engine->find_model(st.model);
     auto busy = [](const auto& hb) { return hb && hb->busy_since_ns.load() != 0; };
     models.push_back({{"name", st.model},
                       {"backend", m ? m->info.kind : std::string{}},
@@ -146,8 +156,16 @@ json status(const admin_services& s) {
                       {"transfer_s", st.transfer_ms / 1000},
                       {"transfer_hidden_s", st.transfer_hidden_ms / 1000},
                       {"masks", masks_of(st.masks)},
-                      {"reuse", reuse_of(st)}});
+                      {"reuse", reuse_of(st)},
+                      {"lifecycle", lifecycle_of(st.model)}});
   }
+  // Models not loaded (or loading) show their lifecycle state only.
+  for (const auto& l : lifecycle)
+    if (l["state"] != "loaded" && l["state"] != "unloading")
+      models.push_back({{"name", l["name"]},
+                        {"state", l["state"]},
+                        {"error", l["error"]},
+                        {"lifecycle", l}});
   auto store = s.engine->store_stats();
   const auto conv = s.sessions ? s.sessions->stats() : session_table_stats{};
   const auto slo = s.slo ? s.slo() : actors::slo_targets{};
@@ -209,8 +227,8 @@ json ps(const admin_services& s) {
   // Per model retained KV, as fresh as the list (a model that does not
   // answer in time is left out rather than failing the whole listing).
   json retained = json::array();
-  for (auto& m : s.engine->models()) {
-    const auto fresh = s.engine->stats(m.name);
+  for (auto& m : s.engine->loaded_models()) {
+    const auto fresh = s.engine->stats(m->name);
     if (!fresh)
       continue;
     const auto& st = *fresh;
@@ -221,7 +239,9 @@ json ps(const admin_services& s) {
                         {"warm_bytes", st.retained_warm_bytes},
                         {"store_bytes", st.retained_store_bytes}});
   }
-  return {{"sequences", std::move(seqs)}, {"retained", std::move(retained)}};
+  return {{"sequences", std::move(seqs)},
+          {"retained", std::move(retained)},
+          {"models", model_states_json(*s.engine)}};
 }
 
 std::string optional_model(const json& req) {
@@ -299,9 +319,9 @@ json cache_drop(const json& req, const admin_services& s) {
                           fmt::format("retained entry {} exists in models {}: name one with 'model'",
                                       *selector.id, fmt::join(models, ", "))};
   } else {
-    for (auto& m : s.engine->models())
-      if (!m.health->failed())
-        models.push_back(m.name);
+    for (auto& m : s.engine->loaded_models())
+      if (!m->health->failed())
+        models.push_back(m->name);
   }
   json dropped = json::array();
   actors::retained_drop_result total;
@@ -343,16 +363,19 @@ json drop_session(const json& req, const admin_services& s) {
   std::string model;
   if (req.contains("model"))
     model = string_field(req, "model");
-  if (model.empty() && !s.engine->models().empty())
-    model = s.engine->models().front().name;
-  if (s.engine->find_model(model) == nullptr)
+  if (model.empty() && !s.engine->configured().empty())
+    model = s.engine->configured().front().name;
+  if (!s.engine->is_configured(model))
     throw command_error{"not_found", fmt::format("unknown model '{}'", model)};
   if (s.sessions == nullptr)
     throw command_error{"failed", "this daemon keeps no sessions"};
   const bool had_history = s.sessions->drop(session_key{static_cast<std::uint32_t>(uid), model, name});
   actors::retained_drop_request selector;
   selector.session = actors::retained_drop_request::session_selector{uid, name};
-  auto kv = s.engine->drop_retained(model, selector);
+  // An unloaded model holds no retained entries a keeper knows of.
+  auto kv = s.engine->find_model(model) == nullptr
+              ? expected<actors::retained_drop_result, std::string>{actors::retained_drop_result{}}
+              : s.engine->drop_retained(model, selector);
   if (!kv)
     throw command_error{"failed", kv.error()};
   if (!had_history && kv->entries == 0)
@@ -411,10 +434,16 @@ json dispatch(const std::string& cmd, const json& req, const admin_services& s) 
     return cache_drop(req, s);
   if (cmd == "cache-drop-session")
     return drop_session(req, s);
+  if (cmd == "load" || cmd == "unload") {
+    auto r = cmd == "load" ? load_command(req, *s.engine) : unload_command(req, *s.engine);
+    if (!r)
+      throw command_error{r.error().code, r.error().message};
+    return std::move(*r);
+  }
   throw command_error{"unknown_command",
                       fmt::format("unknown command '{}' (known: status, ps, cancel, drain, resume, "
                                   "reload, log-level, metrics, cache-ls, cache-drop, "
-                                  "cache-drop-session)",
+                                  "cache-drop-session, load, unload)",
                                   cmd)};
 }
 

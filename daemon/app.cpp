@@ -196,9 +196,7 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string 
   self->engine_ = std::move(*eng);
   keep_store(self->engine_->store(), inherited);
   self->on_stop("engine", [s = self.get()] {
-    s->engine_->shutdown("daemon shutting down");
-    for (auto& m : s->engine_->models())
-      logging::get("backend")->info("model '{}' unloaded", m.name);
+    s->engine_->shutdown("daemon shutting down"); // logs each model it unloads
     s->engine_.reset();
   });
 
@@ -323,8 +321,9 @@ bool app::stop() {
 
 std::string app::summary() const {
   std::uint32_t busy = 0, slots = 0, without_slot = 0;
-  for (auto& m : engine_->models()) {
-    auto st = engine_->stats(m.name, std::chrono::seconds(1));
+  const auto loaded = engine_->loaded_models();
+  for (auto& m : loaded) {
+    auto st = engine_->stats(m->name, std::chrono::seconds(1));
     if (!st)
       continue;
     busy += st->slots_busy;
@@ -332,8 +331,10 @@ std::string app::summary() const {
     without_slot += st->without_slot_interactive + st->without_slot_batch;
   }
   auto store = engine_->store_stats();
-  return fmt::format("{}{} model(s), slots {}/{}, without a slot {}, clients {}, store {} MiB, mode {}",
-                     drain_.active ? "draining: " : "", engine_->models().size(), busy, slots,
+  return fmt::format("{}{} of {} model(s) loaded, slots {}/{}, without a slot {}, clients {}, "
+                     "store {} MiB, mode {}",
+                     drain_.active ? "draining: " : "", loaded.size(),
+                     engine_->configured().size(), busy, slots,
                      without_slot, gateway_ ? gateway_->counters().clients_connected.load() : 0,
                      store.committed_bytes >> 20,
                      to_string(cfg_.scheduler.mode));
@@ -381,7 +382,7 @@ exit_code app::run(const sigset_t& signals) {
   notify_.ready(summary());
   serving_ = true;
   last_status_ = std::chrono::steady_clock::now();
-  log->info("ready: {} model(s), scheduler mode {}, {:.0f} ms after start", engine_->models().size(),
+  log->info("ready: {} model(s), scheduler mode {}, {:.0f} ms after start", engine_->configured().size(),
             to_string(cfg_.scheduler.mode), ms_between(started_, std::chrono::steady_clock::now()));
   for (;;) {
     // Wake at least every second (the watchdog wants a ping every half
@@ -562,6 +563,8 @@ reload_report app::reload() {
     r.needs_restart.push_back("daemon.worker_threads");
   if (next.models != now.models)
     r.needs_restart.push_back("model (models, backends and their options)");
+  if (next.lifecycle != now.lifecycle)
+    r.needs_restart.push_back("models (max_loaded, load_timeout_ms)");
   if (next.store != now.store)
     r.needs_restart.push_back("store");
   if (next.clients != now.clients)

@@ -83,16 +83,22 @@ struct session_turn_ref {
 /// and hands records to the session. Called on a CAF worker, one call at a time.
 class session_sink final : public actors::stream_sink {
 public:
+  /// `backend` null: the model is loading; its tokens are decoded with the
+  /// backend it has once it runs (`engine`, `model`).
   session_sink(std::shared_ptr<client_session> s, std::uint64_t request_id,
-               std::shared_ptr<backends::backend> backend, std::optional<session_turn_ref> turn)
+               std::shared_ptr<backends::backend> backend, std::optional<session_turn_ref> turn,
+               const actors::engine& engine, std::string model)
     : session_(std::move(s)), request_id_(request_id), backend_(std::move(backend)),
-      turn_(std::move(turn)) {}
+      turn_(std::move(turn)), engine_(engine), model_(std::move(model)) {}
 
   void on_tokens(std::span<const actors::token_id> tokens) override {
     if (turn_)
       generated_.insert(generated_.end(), tokens.begin(), tokens.end());
     const auto now = monotonic_ns();
-    auto text = utf8_.feed(backend_->tokens().decode(tokens));
+    if (!backend_)
+      if (const auto m = engine_.find_model(model_)) // loaded: it is generating these tokens
+        backend_ = m->backend;
+    auto text = backend_ ? utf8_.feed(backend_->tokens().decode(tokens)) : std::string{};
     std::vector<proto::record_bytes> records;
     proto::pack_tokens(request_id_, now, tokens, text, records);
     session_->deliver(request_id_, std::move(records));
@@ -128,9 +134,11 @@ public:
 private:
   std::shared_ptr<client_session> session_;
   std::uint64_t request_id_;
-  std::shared_ptr<backends::backend> backend_;
+  std::shared_ptr<backends::backend> backend_; ///< set on the first tokens when null at start
   proto::utf8_stream utf8_;
   std::optional<session_turn_ref> turn_;
+  const actors::engine& engine_;
+  std::string model_;
   std::vector<actors::token_id> generated_; ///< this turn's tokens, for the session
 };
 
@@ -214,8 +222,8 @@ expected<void, std::string> client_session::send_welcome() {
   w.spin_us = limits_.spin_us;
   w.max_requests = limits_.max_requests;
   w.max_prompt_bytes = static_cast<std::uint32_t>(limits_.max_prompt_bytes);
-  if (!engine_.models().empty())
-    w.default_model = engine_.models().front().name;
+  if (!engine_.configured().empty())
+    w.default_model = engine_.configured().front().name;
   auto bytes = proto::encode(w);
 
   iovec iov{bytes.data(), bytes.size()};
@@ -291,7 +299,7 @@ bool client_session::handle_record(const proto::record_bytes& raw) {
     const auto id = s->request_id;
     const auto model_name = resolve_model(s->model);
     std::uint32_t limit = static_cast<std::uint32_t>(limits_.max_prompt_bytes);
-    if (const auto* m = engine_.find_model(model_name); m && s->kind == proto::prompt_kind::tokens)
+    if (const auto m = engine_.find_model(model_name); m && s->kind == proto::prompt_kind::tokens)
       limit = static_cast<std::uint32_t>(std::min<std::uint64_t>(4ull * m->info.max_context, limit));
     request_tracker::result r = std::optional<complete_submit>{};
     {
@@ -410,8 +418,24 @@ void client_session::submit_to_engine(complete_submit c) {
     else
       admission_.release_request(peer_.uid); // cannot happen: the loop thread owns submits
   }
-  const auto* m = engine_.find_model(req.model);
+  const auto m = engine_.find_model(req.model);
   const auto model = req.model;
+  if (!c.head.session.empty() && m == nullptr && engine_.is_configured(model)) {
+    // A session's turn is tokenized here, with the model's tokenizer: the
+    // model loads now (its lease goes at once), and the app retries.
+    engine_.acquire(model, std::nullopt, [](const actors::model_registry::acquired&) {});
+    {
+      std::lock_guard lock{mu_};
+      if (auto it = requests_.find(id); it != requests_.end())
+        erase_request_locked(it);
+      tracker_.finished(id);
+    }
+    push_error(id, proto::errc::busy,
+               fmt::format("model '{}' is not loaded; it is loading now: retry the session turn "
+                           "shortly (or load it first: kvlane load {})",
+                           model, model));
+    return;
+  }
   std::optional<session_turn_ref> turn;
   if (!c.head.session.empty() && m != nullptr) { // (an unknown model is the engine's error)
     // The daemon tokenizes a session's turn itself: only the session's first
@@ -443,7 +467,8 @@ void client_session::submit_to_engine(complete_submit c) {
   }
   const auto aborted = turn;
   auto sink = std::make_shared<session_sink>(
-    shared_from_this(), id, m ? m->backend : std::shared_ptr<backends::backend>{}, std::move(turn));
+    shared_from_this(), id, m ? m->backend : std::shared_ptr<backends::backend>{}, std::move(turn),
+    engine_, model);
   auto r = engine_.submit(std::move(req), std::move(sink));
   if (!r) {
     if (aborted)
@@ -470,7 +495,7 @@ void client_session::submit_to_engine(complete_submit c) {
 }
 
 std::string client_session::resolve_model(const std::string& model) const {
-  return model.empty() && !engine_.models().empty() ? engine_.models().front().name : model;
+  return model.empty() && !engine_.configured().empty() ? engine_.configured().front().name : model;
 }
 
 void client_session::push_error(std::uint64_t request_id, proto::errc code, std::string message) {

@@ -104,9 +104,55 @@ status parse_daemon(const reporter& r, const section& root, daemon_section& out)
 
 
 
+/// [[model]] keep_alive: a duration string ("5m", "1h30m", "0", "pinned") or an
+/// integer number of seconds; negative (or "pinned") keeps the model loaded.
+status read_keep_alive(const reporter& r, const section& s, actors::keep_alive& out) {
+  const auto* n = s.find("keep_alive");
+  if (n == nullptr)
+    return {};
+  expected<actors::keep_alive, std::string> k = unexpected(std::string{});
+  if (const auto* text = n->as_string())
+    k = actors::parse_keep_alive(text->get());
+  else if (const auto* secs = n->as_integer())
+    k = actors::keep_alive_seconds(static_cast<double>(secs->get()));
+  else
+    return unexpected(r.wrong_type(s.key("keep_alive"), *n,
+                                   "string (a duration such as \"5m\", or \"pinned\") or integer "
+                                   "(seconds; -1 pins)"));
+  if (!k)
+    return unexpected(r.bad_value(s.key("keep_alive"), line_of(*n), k.error()));
+  out = *k;
+  return {};
+}
+
+/// [models]: how many models are loaded at once, how long a request waits for its model.
+status parse_lifecycle(const reporter& r, const section& root, const std::vector<model_section>& models,
+                       actors::lifecycle_config& out) {
+  auto table = find_table(r, root, "models");
+  if (!table)
+    return unexpected(std::move(table.error()));
+  if (*table == nullptr)
+    return {};
+  const section s{**table, "models"};
+  KVLANE_CONFIG_TRY(check_keys(r, s, {"max_loaded", "load_timeout_ms"}));
+  KVLANE_CONFIG_TRY(read_int(r, s, "max_loaded", out.max_loaded, 0u, 1024u));
+  std::int64_t timeout_ms = out.load_timeout.count();
+  KVLANE_CONFIG_TRY(read_int(r, s, "load_timeout_ms", timeout_ms, 1000, 3'600'000));
+  out.load_timeout = std::chrono::milliseconds(timeout_ms);
+  const auto at_start = std::count_if(models.begin(), models.end(),
+                                      [](const model_section& m) { return m.load_at_start; });
+  if (out.max_loaded != 0 && static_cast<std::uint64_t>(at_start) > out.max_loaded)
+    return unexpected(r.bad_value(
+      s.key("max_loaded"), s.line("max_loaded"),
+      fmt::format("{} models load at start (load_at_start, true unless set) but at most {} may "
+                  "be loaded: set load_at_start = false on {} of them",
+                  at_start, out.max_loaded, at_start - out.max_loaded)));
+  return {};
+}
+
 status parse_model(const reporter& r, const section& s, model_section& out) {
-  std::vector<std::string_view> known{"name", "chat_format", "store_floor_bytes",
-                                     "store_cap_bytes"};
+  std::vector<std::string_view> known{"name",          "chat_format", "store_floor_bytes",
+                                     "store_cap_bytes", "keep_alive",  "load_at_start"};
   const auto backend_keys = backends::backend_model_keys();
   known.insert(known.end(), backend_keys.begin(), backend_keys.end());
   KVLANE_CONFIG_TRY(check_keys(r, s, known));
@@ -143,6 +189,8 @@ status parse_model(const reporter& r, const section& s, model_section& out) {
       s.key("store_cap_bytes"), s.line("store_cap_bytes"),
       fmt::format("must be 0 (no cap) or >= store_floor_bytes ({}) (got {})",
                   format_bytes(out.store_floor_bytes), format_bytes(out.store_cap_bytes))));
+  KVLANE_CONFIG_TRY(read_keep_alive(r, s, out.keep));
+  KVLANE_CONFIG_TRY(read_bool(r, s, "load_at_start", out.load_at_start));
   return {};
 }
 
@@ -786,8 +834,8 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   }
   KVLANE_CONFIG_TRY(
     check_keys(r, root,
-               {"version", "daemon", "model", "scheduler", "reuse", "store", "clients", "sessions",
-                "admin", "metrics", "http"}));
+               {"version", "daemon", "model", "models", "scheduler", "reuse", "store", "clients",
+                "sessions", "admin", "metrics", "http"}));
   if (version == nullptr)
     return unexpected(
       r.bad_value("version", root.line(), "required key is missing (add 'version = 1' at the top)"));
@@ -795,6 +843,7 @@ expected<config, config_error> build(const reporter& r, const toml::table& doc) 
   config c;
   KVLANE_CONFIG_TRY(parse_daemon(r, root, c.daemon));
   KVLANE_CONFIG_TRY(parse_models(r, root, c.models));
+  KVLANE_CONFIG_TRY(parse_lifecycle(r, root, c.models, c.lifecycle));
   KVLANE_CONFIG_TRY(parse_scheduler(r, root, c.scheduler));
   KVLANE_CONFIG_TRY(parse_reuse(r, root, c.reuse));
   KVLANE_CONFIG_TRY(parse_store(r, root, c.store));

@@ -417,8 +417,8 @@ proto::stats_reply_msg gateway::stats() {
   m.requests_live = counters_.requests_live.load();
   // Figures the engine's monitor refreshed off this thread (every
   // engine::stats_refresh): a stats request never waits for a scheduler.
-  for (const auto& model : engine_.models()) {
-    auto st = engine_.cached_stats(model.name);
+  for (const auto& model : engine_.loaded_models()) {
+    auto st = engine_.cached_stats(model->name);
     if (st)
       m.engine_live += st->submitted - st->finished - st->cancelled - st->failed;
   }

@@ -303,6 +303,19 @@ public:
   /// The snapshots claim() took for `model_index`, once.
   std::vector<restored_snapshot> take_restored(std::uint32_t model_index);
 
+  // -- across a model's unload (ipc/snapshot_store_models.cpp) -------------------------
+
+  /// Model `model_index` loads again after an unload: the retained snapshots
+  /// its earlier instance left sealed in the store (flush_warm at the unload)
+  /// are handed back like claimed ones (take_restored) when their label names
+  /// `model` with the fingerprint now set; the others are freed and counted.
+  /// Call it before the model's scheduler starts. Returns how many.
+  std::size_t reclaim_unloaded(std::uint32_t model_index, std::string_view model);
+
+  /// Frees the pending snapshots (recover) of models not in `keep`: those of
+  /// a configured model stay pending until it loads and claims them.
+  std::size_t discard_pending_except(const std::vector<std::string>& keep);
+
   /// The file persist() writes the index to (the store owns it from here).
   void attach_index(index_file file);
   /// The attached index's fd, or -1.

@@ -28,9 +28,9 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-constexpr std::array<std::string_view, 10> commands{"status", "ps",        "cancel",  "drain",
+constexpr std::array<std::string_view, 12> commands{"status", "ps",        "cancel",  "drain",
                                                     "resume", "reload",    "log-level", "metrics",
-                                                    "top",    "cache"};
+                                                    "top",    "cache",     "load",    "unload"};
 
 /// One admin command's synopsis and what it does; admin_usage() adds the common options.
 struct command_help {
@@ -52,6 +52,15 @@ constexpr command_help command_helps[] = {
    "finished and how long it took (kvlane resume admits again)\n"
    "  --no-wait       report at once how many sequences still run\n"},
   {"resume", "kvlane resume [--socket PATH] [--json]", "admit new requests again after a drain\n"},
+  {"load", "kvlane load MODEL [--keep-alive DURATION] [--socket PATH] [--json]",
+   "load a configured model now and wait until it serves (requests load models on\n"
+   "first use too); it then unloads after its keep_alive once idle\n"
+   "  --keep-alive D  how long it stays loaded when idle: \"10m\", \"1h30m\", \"0\",\n"
+   "                  \"pinned\" (default: its [[model]] keep_alive)\n"},
+  {"unload", "kvlane unload MODEL [--socket PATH] [--json]",
+   "unload a model: its warm conversation KV goes to the store first (the model\n"
+   "continues from it when it loads again); a model running requests unloads when\n"
+   "they end\n"},
   {"reload", "kvlane reload [--socket PATH] [--json]",
    "re-read the configuration file, apply what can change live and list what needs\n"
    "a restart (the same as SIGHUP); a file that does not validate changes nothing\n"},
@@ -201,6 +210,14 @@ void print_status(const json& r) {
                ms(slo["batch"], "ttft_ms"), ms(slo["batch"], "tpot_ms"));
   }
   for (auto& m : r["models"]) {
+    if (!m.contains("slots")) { // not loaded: its lifecycle only
+      fmt::print("model {:<20} {}{}\n", m["name"].get<std::string>(),
+                 shout(m.value("state", std::string{"unloaded"})),
+                 m.value("error", std::string{}).empty()
+                   ? std::string{}
+                   : "  (last load failed: " + m.value("error", std::string{}) + ")");
+      continue;
+    }
     if (m.value("state", std::string{"serving"}) == "failed") {
       fmt::print("model {:<20} FAILED: {}\n", m["name"].get<std::string>(),
                  m.value("error", std::string{}));
@@ -236,6 +253,19 @@ void print_status(const json& r) {
              human_bytes(s["retained_limit_bytes"].get<double>()));
 }
 
+/// One model's lifecycle (daemon/model_commands: model_state_json).
+void print_model_line(const json& m) {
+  std::string until = "-";
+  if (m.value("state", std::string{}) == "loaded")
+    until = m["expires_at"].is_string() ? m["expires_at"].get<std::string>().substr(0, 19) + "Z"
+                                        : std::string{"pinned"};
+  fmt::print("{:<20} {:<9} {:>6} {:>7} {:>10} {:<8} {}\n", m["name"].get<std::string>(),
+             m["state"].get<std::string>(), m.value("in_use", 0), m.value("waiting", 0),
+             human_bytes(m.value("size", 0.0)), m.value("keep_alive", std::string{}), until);
+  if (!m.value("error", std::string{}).empty())
+    fmt::print("  last load failed: {}\n", m["error"].get<std::string>());
+}
+
 void print_ps(const json& r) {
   fmt::print("{:>8} {:<16} {:<16} {:<11} {:<9} {:>4} {:>7} {:>7} {:>7}\n", "ID", "CLIENT", "MODEL",
              "PRIORITY", "STATE", "SLOT", "IN", "OUT", "AGE");
@@ -250,6 +280,12 @@ void print_ps(const json& r) {
   }
   for (auto& m : r["retained"])
     fmt::print("retained {}: {}\n", m["model"].get<std::string>(), retained_summary(m));
+  if (!r.contains("models"))
+    return; // an older daemon
+  fmt::print("\n{:<20} {:<9} {:>6} {:>7} {:>10} {:<8} {}\n", "MODEL", "STATE", "IN USE", "WAITING",
+             "SIZE", "KEEP", "UNTIL");
+  for (auto& m : r["models"])
+    print_model_line(m);
 }
 
 void print_cache_ls(const json& r) {
@@ -338,7 +374,7 @@ int run_top(admin_connection& c) {
       return fail(1, (*st)["error"]["message"].get<std::string>());
     std::uint64_t tokens = 0;
     for (auto& m : (*st)["models"])
-      tokens += m["tokens_generated"].get<std::uint64_t>();
+      tokens += m.value("tokens_generated", std::uint64_t{0});
     auto now = std::chrono::steady_clock::now();
     double dt = std::chrono::duration<double>(now - last_time).count();
     double rate = first || dt <= 0 ? 0 : double(tokens - last_tokens) / dt;
@@ -354,6 +390,10 @@ int run_top(admin_connection& c) {
                    (*st)["admitting"].get<bool>() ? "admitting" : "DRAINING");
     for (auto& m : (*st)["models"]) {
       auto name = m["name"].get<std::string>();
+      if (!m.contains("slots")) {
+        fmt::format_to(w, "{:<16} {}\n", name, m.value("state", std::string{"unloaded"}));
+        continue;
+      }
       int slots = m["slots"].get<int>();
       std::vector<std::string> cells(static_cast<std::size_t>(slots), "·");
       for (auto& e : cache->value("entries", json::array())) {
@@ -493,6 +533,7 @@ int admin_main(int argc, char** argv) {
       && std::any_of(argv + 1, argv + argc, [](const char* a) { return std::string_view{a} == "--session"; }))
     return cache_drop_session_main(argc, argv, socket);
   bool as_json = false, wait = true;
+  std::optional<std::string> keep_alive;
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     std::string_view a{argv[i]};
@@ -505,6 +546,8 @@ int admin_main(int argc, char** argv) {
       args.emplace_back(argv[++i]);
     } else if (cmd == "cache" && a == "--all")
       args.emplace_back(a);
+    else if (cmd == "load" && a == "--keep-alive" && i + 1 < argc)
+      keep_alive = argv[++i];
     else if (a == "--no-wait")
       wait = false;
     else if (a == "--socket" && i + 1 < argc)
@@ -532,6 +575,12 @@ int admin_main(int argc, char** argv) {
       req["logger"] = args[0];
       req["level"] = args[1];
     }
+  } else if (cmd == "load" || cmd == "unload") {
+    want_args = 1;
+    if (args.size() == 1)
+      req["model"] = args[0];
+    if (keep_alive)
+      req["keep_alive"] = *keep_alive;
   } else if (cmd == "cache") {
     auto r = cache_request(args);
     if (!r)
@@ -548,7 +597,8 @@ int admin_main(int argc, char** argv) {
   if (cmd == "top")
     return run_top(*c);
 
-  auto r = c->ask(req, reply_timeout);
+  // A load waits for the model (the daemon bounds it by [models] load_timeout_ms).
+  auto r = c->ask(req, cmd == "load" ? std::chrono::milliseconds(1h) : reply_timeout);
   if (!r)
     return fail(2, r.error().message);
   if (r->contains("error")) {
@@ -604,6 +654,11 @@ int admin_main(int argc, char** argv) {
       fmt::print("nothing changed\n");
   } else if (cmd == "drain")
     fmt::print("draining: {} sequence(s) still running\n", (*r)["active"].get<std::uint64_t>());
+  else if (cmd == "load" || cmd == "unload") {
+    fmt::print("{}\n", (*r)["message"].get<std::string>());
+    if ((*r)["model"].is_object())
+      print_model_line((*r)["model"]);
+  }
   else
     fmt::print("{}\n", r->dump());
   return 0;

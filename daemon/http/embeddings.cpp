@@ -38,6 +38,7 @@ struct embed_call {
   std::string body;                                          ///< stage 1
   std::optional<expected<embedding_request, api_error>> req; ///< stages 1 to 3
   std::shared_ptr<backends::backend> backend;                ///< stages 2 and 3
+  actors::lease_ptr lease; ///< keeps the model loaded from stage 2 to the answer
   std::string model;   ///< the model's name as the request gave it (the answers echo it)
   std::uint32_t context = 0; ///< tokens one input may hold
   admission_ticket ticket; ///< from admission until the answer is posted
@@ -85,11 +86,8 @@ void answer_error(const call_ptr& call, const api_error& e) {
   answer(call, error_response(e, dialect_of(call->api)));
 }
 
-std::string loaded_models(const actors::engine& eng) {
-  std::string out;
-  for (const auto& m : eng.models())
-    out += (out.empty() ? "" : ", ") + m.name;
-  return out;
+std::string loaded_models(const service& svc) {
+  return svc.model_names();
 }
 
 /// The parameter an input's error names: OpenAI's and Ollama's `input` (`input[i]` in an
@@ -222,18 +220,29 @@ void admit(const call_ptr& call) {
   }
   auto& req = *decoded;
   auto& svc = call->svc;
-  const auto* m = svc.find_model(req.model);
-  if (m == nullptr) {
+  if (svc.find_model_config(req.model) == nullptr) {
     auto e = invalid("model",
                      call->api == embedding_api::openai
-                       ? fmt::format("the model '{}' does not exist (loaded: {})", req.model,
-                                     loaded_models(*svc.engine))
+                       ? fmt::format("the model '{}' does not exist (configured: {})", req.model,
+                                     loaded_models(svc))
                        : fmt::format("model '{}' not found", req.model),
                      "model_not_found");
     e.status = 404;
     out->respond(error_response(e, d));
     return;
   }
+  if (!call->lease) { // the model loads first (if it is not loaded), then this stage again
+    svc.with_model(req.model, std::nullopt, [call](expected<actors::lease_ptr, api_error> lease) {
+      if (!lease) {
+        answer_error(call, lease.error());
+        return;
+      }
+      call->lease = std::move(*lease);
+      admit(call);
+    });
+    return;
+  }
+  const auto* m = &call->lease->model();
   const auto dim = m->info.caps.embedding_dimension;
   if (dim == 0) {
     out->respond(error_response(

@@ -229,13 +229,6 @@ api_error too_many_requests(std::string message, std::chrono::milliseconds retry
   return e;
 }
 
-std::string loaded_models(const actors::engine& eng) {
-  std::string out;
-  for (const auto& m : eng.models())
-    out += (out.empty() ? "" : ", ") + m.name;
-  return out;
-}
-
 } // namespace
 
 generation::generation(service& svc) : svc_(svc) {}
@@ -273,29 +266,50 @@ generation::start(service& svc, std::string body, decoder decode, const identity
 }
 
 void generation::on_decoded(decode_job& job) {
-  auto prepare = std::move(prepare_);
   if (abandoned_ || finished_)
     return;
-  writer_ = prepare(*job.request);
-  if (!writer_) {
-    finished_ = true; // the API answered it
+  auto& decoded = *job.request;
+  // A bad body, or Ollama's "unload" (an empty request with keep_alive 0) of a
+  // model that is not loaded: the API answers without the model.
+  const bool unload_only = decoded && decoded->empty() && decoded->keep_alive
+                           && !decoded->keep_alive->is_pinned()
+                           && decoded->keep_alive->idle().count() == 0
+                           && svc_.find_model(decoded->model) == nullptr;
+  if (!decoded || unload_only) {
+    writer_ = std::move(prepare_)(decoded);
+    finished_ = true;
     return;
   }
-  begin(std::move(*job.request).value(), job.who);
+  with_model(std::move(decoded).value(), job.who);
 }
 
-void generation::begin(generation_request req, const identity& who) {
-  const auto* m = svc_.find_model(req.model);
+void generation::with_model(generation_request req, const identity& who) {
+  const auto keep = req.keep_alive;
+  const auto model = req.model;
+  svc_.with_model(model, keep, [weak = weak_from_this(), req = std::move(req), who](
+                                 expected<actors::lease_ptr, api_error> lease) mutable {
+    auto g = weak.lock();
+    if (!g || g->abandoned_ || g->finished_)
+      return; // the client left while its model loaded
+    // The API's writer is made with the model loaded (its tool-call syntax
+    // comes from the tokenizer); given the error, it answers it.
+    expected<generation_request, api_error> r = std::move(req);
+    if (!lease)
+      r = unexpected(lease.error());
+    auto prepare = std::move(g->prepare_);
+    g->writer_ = prepare(r);
+    if (!g->writer_) {
+      g->finished_ = true; // the API answered it (an error, a load request)
+      return;
+    }
+    g->begin(std::move(*r), who, std::move(*lease));
+  });
+}
+
+void generation::begin(generation_request req, const identity& who, actors::lease_ptr lease) {
+  lease_ = std::move(lease);
+  const auto* m = &lease_->model();
   const auto* mc = svc_.find_model_config(req.model);
-  if (m == nullptr || mc == nullptr) {
-    auto e = invalid("model",
-                     fmt::format("the model '{}' does not exist (loaded: {})", req.model,
-                                 loaded_models(*svc_.engine)),
-                     "model_not_found");
-    e.status = 404;
-    fail(e);
-    return;
-  }
   // Admitted before any work on the prompt; the ticket goes with the sequence.
   admission_ticket ticket;
   if (svc_.admit) {
@@ -344,7 +358,7 @@ void generation::on_rendered(render_job& job) {
   const auto& who = job.who;
   const std::string prompt_param = prompt_param_of(req);
   auto prompt = std::move(job.prompt);
-  const auto* m = svc_.find_model(model_);
+  const auto* m = &lease_->model();
   const std::uint64_t context = m->info.max_context;
   if (prompt.size() >= context) {
     fail(invalid(prompt_param,
@@ -383,12 +397,14 @@ void generation::on_rendered(render_job& job) {
   sub.sampling.banned_tokens = std::move(job.banned);
   sub.stop_at_eos = true;
   sub.constraint = std::move(job.constraint);
+  sub.keep = req.keep_alive;
   prompt_tokens_ = static_cast<std::uint32_t>(prompt.size());
   sub.prompt_tokens = std::move(prompt);
 
   auto seq = svc_.engine->submit(std::move(sub),
                                  std::make_shared<posting_sink>(svc_.gate, weak_from_this(),
                                                                 std::move(job.ticket)));
+  lease_.reset(); // the sequence holds the model now
   if (!seq) {
     fail(from_submit_error(seq.error(), prompt_param));
     return;
@@ -399,6 +415,7 @@ void generation::on_rendered(render_job& job) {
 
 void generation::fail(const api_error& e) {
   finished_ = true;
+  lease_.reset();
   if (!abandoned_)
     writer_->on_error(e);
 }
@@ -507,7 +524,7 @@ backends::tool_call_syntax answer_call_syntax(const service& svc, const generati
   if (req.tools.tools.empty() || req.tools.choice.m == tool_choice::mode::none)
     return backends::tool_call_syntax::none;
   const auto* mc = svc.find_model_config(req.model);
-  const auto* m = svc.find_model(req.model);
+  const auto m = svc.find_model(req.model);
   if (mc == nullptr || m == nullptr || !m->backend)
     return backends::tool_call_syntax::none;
   return backends::tool_syntax_of(mc->chat_format, m->backend->tokens());

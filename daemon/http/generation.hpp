@@ -21,6 +21,7 @@
 // drops late results and tokens. The writer is called on the HTTP thread.
 
 #include "actors/messages.hpp"
+#include "actors/model_registry.hpp"
 #include "common/expected.hpp"
 #include "daemon/http/errors.hpp"
 #include "daemon/http/request_decoder.hpp"
@@ -138,8 +139,10 @@ private:
   explicit generation(service& svc);
   /// HTTP thread: the decoded body; the API's writer, then begin().
   void on_decoded(decode_job& job);
-  /// HTTP thread: resolves the model, admits, queues the render.
-  void begin(generation_request req, const identity& who);
+  /// HTTP thread: waits for the model to be loaded (loading it), then begin().
+  void with_model(generation_request req, const identity& who);
+  /// HTTP thread: admits, queues the render on the leased model.
+  void begin(generation_request req, const identity& who, actors::lease_ptr lease);
   /// HTTP thread: the render job's result; submits the prompt, or fails.
   void on_rendered(render_job& job);
   void fail(const api_error& e);
@@ -151,6 +154,9 @@ private:
   preparer prepare_; ///< until the body is decoded
   std::string model_;
   std::shared_ptr<backends::backend> backend_;
+  /// Holds the model loaded from begin() until the engine has the request
+  /// (the sequence then holds its own).
+  actors::lease_ptr lease_;
   std::unique_ptr<generation_writer> writer_;
   /// Shared with the render job: set when the client goes away, so a job
   /// still queued is skipped.

@@ -5,6 +5,7 @@
 #include "daemon/http/service.hpp"
 #include "daemon/http/stream_format.hpp"
 #include "daemon/http/tool_call_parser.hpp"
+#include "daemon/model_commands.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@ namespace kvlane::daemon::http::ollama {
 namespace {
 
 using json = nlohmann::json;
+
 
 std::int64_t ns_of(double ms) {
   return ms > 0 && std::isfinite(ms) ? static_cast<std::int64_t>(std::llround(ms * 1e6)) : 0;
@@ -163,22 +165,20 @@ std::unique_ptr<generation_writer> writer_for(service& svc,
     return nullptr;
   }
   const bool chat = req->what == generation_request::kind::chat;
-  // An empty request is how Ollama clients load a model: answer at once, done_reason "load".
-  const bool load_only = chat ? req->messages.empty() : req->prompt_text.empty() && req->system.empty();
-  if (load_only) {
-    if (svc.find_model(req->model) == nullptr) {
-      auto e = invalid("model", fmt::format("model '{}' not found", req->model), "model_not_found");
-      e.status = 404;
-      out->respond(error_response(e, dialect::ollama));
-      return nullptr;
-    }
+  // An empty request is how Ollama clients load a model (it is loaded by now): answer at
+  // once, done_reason "load"; with keep_alive 0 it unloads the model instead, "unload".
+  if (req->empty()) {
+    const auto& k = req->keep_alive;
+    const bool unload = k && !k->is_pinned() && k->idle().count() == 0;
+    // (Unloading needs nothing more: the request's lease, taken with keep_alive 0,
+    // unloads the model as it goes.)
     json j{{"model", req->model}, {"created_at", rfc3339_now()}};
     if (chat)
       j["message"] = {{"role", "assistant"}, {"content", ""}};
     else
       j["response"] = "";
     j["done"] = true;
-    j["done_reason"] = "load";
+    j["done_reason"] = unload ? "unload" : "load";
     out->respond(json_response(to_json_text(j)));
     return nullptr;
   }
@@ -199,20 +199,13 @@ json details() {
           {"quantization_level", ""}};
 }
 
-json model_entry_json(const service& svc, const actors::model_entry& m, bool running) {
-  json j{{"name", m.name},
-         {"model", m.name},
-         {"modified_at", rfc3339_now()},
-         {"size", 0},
-         {"digest", ""},
-         {"details", details()}};
-  if (running) {
-    j["expires_at"] = "9999-12-31T23:59:59Z"; // models stay loaded while the daemon runs
-    j["size_vram"] = 0;
-    j["context_length"] = m.info.max_context;
-  }
-  (void)svc;
-  return j;
+json model_json(std::string_view name) {
+  return {{"name", name},
+          {"model", name},
+          {"modified_at", rfc3339_now()},
+          {"size", 0},
+          {"digest", ""},
+          {"details", details()}};
 }
 
 } // namespace
@@ -232,16 +225,25 @@ void version(responder& out) {
 }
 
 void tags(service& svc, responder& out) {
-  json models = json::array();
-  for (const auto& m : svc.engine->models())
-    models.push_back(model_entry_json(svc, m, false));
+  json models = json::array(); // every configured model can be loaded
+  for (const auto& m : svc.models)
+    models.push_back(model_json(m.name));
   out.respond(json_response(to_json_text({{"models", std::move(models)}})));
 }
 
 void ps(service& svc, responder& out) {
   json models = json::array();
-  for (const auto& m : svc.engine->models())
-    models.push_back(model_entry_json(svc, m, true));
+  for (const auto& m : svc.engine->model_statuses()) {
+    if (!m.entry || m.state != actors::residency::loaded)
+      continue;
+    auto j = model_json(m.name);
+    j["size"] = resident_bytes(*m.entry);
+    // Pinned (or in use with a pin): Ollama shows a date far in the future.
+    j["expires_at"] = m.expires_at ? rfc3339(*m.expires_at) : std::string{"2318-01-01T00:00:00Z"};
+    j["size_vram"] = resident_bytes(*m.entry);
+    j["context_length"] = m.entry->info.max_context;
+    models.push_back(std::move(j));
+  }
   out.respond(json_response(to_json_text({{"models", std::move(models)}})));
 }
 
@@ -251,9 +253,9 @@ void show(service& svc, std::string_view body, responder& out) {
     out.respond(error_response(name.error(), dialect::ollama));
     return;
   }
-  const auto* m = svc.find_model(*name);
+  const auto m = svc.find_model(*name); // null while it is not loaded: no figures then
   const auto* mc = svc.find_model_config(*name);
-  if (m == nullptr || mc == nullptr) {
+  if (mc == nullptr) {
     auto e = invalid("model", fmt::format("model '{}' not found", *name), "model_not_found");
     e.status = 404;
     out.respond(error_response(e, dialect::ollama));
@@ -263,9 +265,10 @@ void show(service& svc, std::string_view body, responder& out) {
          {"parameters", ""},
          {"template", std::string{backends::to_string(mc->chat_format)}},
          {"details", details()},
-         {"model_info", {{"general.context_length", m->info.max_context},
-                         {"general.vocab_size", m->info.vocab_size}}},
-         {"capabilities", m->info.caps.embedding_dimension > 0
+         {"model_info", m ? json{{"general.context_length", m->info.max_context},
+                                 {"general.vocab_size", m->info.vocab_size}}
+                          : json::object()},
+         {"capabilities", m && m->info.caps.embedding_dimension > 0
                             ? json::array({"completion", "embedding"})
                             : json::array({"completion"})}};
   out.respond(json_response(to_json_text(j)));

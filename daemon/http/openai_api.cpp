@@ -311,12 +311,15 @@ std::shared_ptr<generation> run(service& svc, std::string_view body, generation:
   return serve(svc, body, decode, who, out, dialect::openai, writer_for);
 }
 
-json model_object(const service& svc, const actors::model_entry& m) {
-  return {{"id", m.name},
-          {"object", "model"},
-          {"created", std::chrono::duration_cast<std::chrono::seconds>(svc.started.time_since_epoch()).count()},
-          {"owned_by", "kvlane"},
-          {"max_context", m.info.max_context}};
+/// A configured model; max_context only while it is loaded (its backend knows it).
+json model_object(const service& svc, const std::string& name) {
+  json j{{"id", name},
+         {"object", "model"},
+         {"created", std::chrono::duration_cast<std::chrono::seconds>(svc.started.time_since_epoch()).count()},
+         {"owned_by", "kvlane"}};
+  if (const auto m = svc.engine->find_model(name))
+    j["max_context"] = m->info.max_context;
+  return j;
 }
 
 } // namespace
@@ -334,20 +337,19 @@ std::shared_ptr<generation> completions(service& svc, std::string_view body, con
 
 void list_models(service& svc, responder& out) {
   json data = json::array();
-  for (const auto& m : svc.engine->models())
-    data.push_back(model_object(svc, m));
+  for (const auto& m : svc.models) // every configured model can be loaded
+    data.push_back(model_object(svc, m.name));
   out.respond(json_response(to_json_text({{"object", "list"}, {"data", std::move(data)}})));
 }
 
 void retrieve_model(service& svc, std::string_view id, responder& out) {
-  const auto* m = svc.engine->find_model(id);
-  if (m == nullptr) {
+  if (!svc.engine->is_configured(id)) {
     auto e = invalid("model", fmt::format("the model '{}' does not exist", id), "model_not_found");
     e.status = 404;
     out.respond(error_response(e, dialect::openai));
     return;
   }
-  out.respond(json_response(to_json_text(model_object(svc, *m))));
+  out.respond(json_response(to_json_text(model_object(svc, std::string{id}))));
 }
 
 } // namespace kvlane::daemon::http::openai

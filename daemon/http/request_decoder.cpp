@@ -243,7 +243,11 @@ result<bool> read_ollama_common(const std::string& k, const json& x, generation_
   else if (k == "keep_alive") {
     if (!x.is_string() && !x.is_number())
       return unexpected(wrong_type(k, "a duration string or a number", x));
-    // Models stay loaded for the daemon's lifetime: every keep_alive is satisfied.
+    auto keep = x.is_string() ? actors::parse_keep_alive(x.get<std::string>())
+                              : actors::keep_alive_seconds(x.get<double>());
+    if (!keep)
+      return unexpected(invalid(k, keep.error()));
+    r.keep_alive = *keep;
   } else if (k == "priority")
     KVLANE_HTTP_TRY(read_priority(x, r.priority));
   else if (k == "session")

@@ -9,6 +9,7 @@
 // value. They know nothing about models or the engine (the caller checks the
 // model and the context), so they are pure and fuzzable.
 
+#include "actors/keep_alive.hpp"
 #include "actors/messages.hpp"
 #include "backends/chat_format.hpp"
 #include "common/expected.hpp"
@@ -59,6 +60,15 @@ struct generation_request {
   std::string session; ///< optional client-chosen name; shows in `kvlane ps`
   tool_request tools;   ///< chat: the functions the model may call
   output_format format; ///< response_format (OpenAI), format (Ollama)
+  /// Ollama's keep_alive: how long the model stays loaded after this request
+  /// (none: its configured keep_alive).
+  std::optional<actors::keep_alive> keep_alive;
+
+  /// No prompt at all: Ollama's way of loading (or, with keep_alive 0, unloading) a model.
+  bool empty() const noexcept {
+    return what == kind::chat ? messages.empty()
+                              : prompt_text.empty() && prompt_tokens.empty() && system.empty();
+  }
 };
 
 expected<generation_request, api_error> decode_chat_completion(std::string_view body);

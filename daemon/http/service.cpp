@@ -2,6 +2,8 @@
 
 #include "actors/engine.hpp"
 
+#include <fmt/format.h>
+
 namespace kvlane::daemon::http {
 
 namespace {
@@ -15,8 +17,42 @@ std::string_view without_latest_tag(std::string_view name) {
 
 } // namespace
 
-const actors::model_entry* service::find_model(std::string_view name) const {
+std::shared_ptr<const actors::model_entry> service::find_model(std::string_view name) const {
   return engine->find_model(without_latest_tag(name));
+}
+
+std::string service::model_names() const {
+  std::string out;
+  for (const auto& m : models)
+    out += (out.empty() ? "" : ", ") + m.name;
+  return out;
+}
+
+void service::with_model(std::string_view name, std::optional<actors::keep_alive> keep,
+                         model_ready then) {
+  const auto model = std::string{without_latest_tag(name)};
+  if (!engine->is_configured(model)) {
+    auto e = invalid("model",
+                     fmt::format("the model '{}' does not exist (configured: {})", name, model_names()),
+                     "model_not_found");
+    e.status = 404;
+    then(unexpected(std::move(e)));
+    return;
+  }
+  engine->acquire(model, keep, [gate = gate, then = std::move(then)](actors::model_registry::acquired a) {
+    gate->post([a = std::move(a), then] {
+      if (a) {
+        then(*a);
+        return;
+      }
+      api_error e;
+      e.status = 503;
+      e.type = "server_error";
+      e.code = "model_not_loaded";
+      e.message = a.error();
+      then(unexpected(std::move(e)));
+    });
+  });
 }
 
 const model_section* service::find_model_config(std::string_view name) const {

@@ -15,14 +15,30 @@ namespace kvlane::daemon::http {
 
 namespace {
 
-/// The named model, or the first; nullptr after answering 404.
-const actors::model_entry* pick_model(service& svc, const std::string& name, responder& out) {
-  const auto* m = name.empty() ? (svc.engine->models().empty() ? nullptr : &svc.engine->models().front())
-                               : svc.find_model(name);
-  if (m == nullptr) {
+/// The named model, or the first, loaded first if it is not (this runs on a
+/// render thread, which may wait for it); nullptr after answering 404 or 503.
+std::shared_ptr<const actors::model_entry> pick_model(service& svc, const std::string& name,
+                                                      responder& out) {
+  const auto& wanted = name.empty() && !svc.models.empty() ? svc.models.front().name : name;
+  if (svc.find_model_config(wanted) == nullptr) {
     auto e = invalid("model", fmt::format("the model '{}' does not exist", name), "model_not_found");
     e.status = 404;
     out.respond(error_response(e, dialect::openai));
+    return nullptr;
+  }
+  auto m = svc.find_model(wanted);
+  while (m == nullptr) { // (unloaded again right after this load: load again)
+    const auto config_name = svc.find_model_config(wanted)->name;
+    if (auto loaded = svc.engine->load(config_name, std::nullopt); !loaded) {
+      api_error e;
+      e.status = 503;
+      e.type = "server_error";
+      e.code = "model_not_loaded";
+      e.message = loaded.error();
+      out.respond(error_response(e, dialect::openai));
+      return nullptr;
+    }
+    m = svc.find_model(wanted);
   }
   return m;
 }
@@ -33,7 +49,7 @@ void tokenize_now(service& svc, std::string_view body, responder& out) {
     out.respond(error_response(req.error(), dialect::openai));
     return;
   }
-  const auto* m = pick_model(svc, req->model, out);
+  const auto m = pick_model(svc, req->model, out);
   if (m == nullptr)
     return;
   const auto& tok = m->backend->tokens();
@@ -51,7 +67,7 @@ void detokenize_now(service& svc, std::string_view body, responder& out) {
     out.respond(error_response(req.error(), dialect::openai));
     return;
   }
-  const auto* m = pick_model(svc, req->model, out);
+  const auto m = pick_model(svc, req->model, out);
   if (m == nullptr)
     return;
   for (std::size_t i = 0; i < req->tokens.size(); ++i)

@@ -210,7 +210,7 @@ std::vector<actors::submit_request> workload() {
 
 
 backends::llama_backend& llama_of(engine_fixture& f) {
-  auto* m = f.engine->find_model("tiny");
+  auto m = f.engine->find_model("tiny");
   REQUIRE(m != nullptr);
   auto* b = dynamic_cast<backends::llama_backend*>(m->backend.get());
   REQUIRE(b != nullptr);

@@ -129,15 +129,15 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
   if (!created)
     return unexpected(std::move(created).error());
   auto engine = std::move(*created);
-  std::vector<const actors::model_entry*> entries;
+  std::vector<std::shared_ptr<const actors::model_entry>> entries;
   for (const auto& name : names) {
-    const auto* e = engine->find_model(name);
+    auto e = engine->find_model(name);
     if (!e)
       return unexpected(fmt::format("no model named '{}' in the configuration", name));
     entries.push_back(e);
     result.models.push_back(model_run{name, {}, 0});
   }
-  const auto* entry = entries.front();
+  const auto* entry = entries.front().get();
   result.serialized =
     actors::place_transfers(mode, entry->info.caps.transfer_overlaps_compute).on_compute_lane;
 

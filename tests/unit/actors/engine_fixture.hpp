@@ -115,7 +115,7 @@ public:
   ~engine_fixture() { engine.reset(); }
 
   backends::sim_backend& sim(std::string_view model = "tiny") {
-    auto* m = engine->find_model(model);
+    auto m = engine->find_model(model);
     REQUIRE(m != nullptr);
     auto* s = dynamic_cast<backends::sim_backend*>(m->backend.get());
     REQUIRE(s != nullptr);

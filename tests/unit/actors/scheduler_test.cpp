@@ -348,7 +348,7 @@ TEST_CASE("scheduler: text prompts round-trip through the model's tokenizer") {
   REQUIRE(c.has_value());
   CHECK(c->tokens.size() == 40);
   CHECK(c->end->prompt_tokens == 1 + r.prompt_text.size()); // BOS + bytes
-  auto text = sut.engine->models()[0].backend->tokens().decode(c->tokens);
+  auto text = sut.engine->loaded_models()[0]->backend->tokens().decode(c->tokens);
   CHECK(std::count(text.begin(), text.end(), ' ') >= 1);
   CHECK(c->end->ttft_ms > 0);
   CHECK(c->end->e2e_ms >= c->end->ttft_ms);
