@@ -65,7 +65,10 @@ transfer_done_ptr run_load(lane_state& st, const transfer_job_ptr& job) {
   done->start = clock::now();
   // The slot is trusted only after the snapshot proves intact and current.
   if (auto v = st.store->verify(job->snapshot, job->generation); !v) {
-    done->corrupt = true;
+    // No room to read a snapshot back from the disk tier is not damage: it
+    // stays there for a later turn, this one recomputes.
+    done->corrupt = v.error().code != ipc::store_errc::full
+                    && v.error().code != ipc::store_errc::too_large;
     done->error = fmt::format("snapshot {} failed verification: {}",
                               ipc::to_string(job->snapshot), v.error().message);
   } else if (auto bytes = st.store->read(job->snapshot); !bytes) {

@@ -188,6 +188,29 @@ TEST_CASE("disk_lane: a damaged or truncated file never loads: it is dropped, de
   lane->stop(10s);
 }
 
+TEST_CASE("disk_lane: no room to read a snapshot back is not damage: it stays on disk for later") {
+  kvlane::test::temp_dir dir;
+  auto store = make_store(1);
+  auto lane = lane_on(*store, disk_in(dir.path()));
+  const auto a = put_retained(*store, 1);
+  REQUIRE(lane->wait_idle(10s));
+  const auto b = put_retained(*store, 2); // `a` goes to disk only
+  REQUIRE(tier_of(*store, a) == "disk");
+  REQUIRE(store->pin(b)); // the only room is held by a load of `b`
+  auto r = load(*store, a);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == store_errc::full);
+  CHECK(tier_of(*store, a) == "disk");
+  CHECK(discarded(*store, discard_reason::disk_corrupt) == 0);
+  REQUIRE(store->unpin(b));
+  REQUIRE(lane->wait_idle(10s));
+  CHECK(kv_files(dir.path()) == 2);
+  auto again = load(*store, a);
+  REQUIRE(again);
+  CHECK(*again == std::vector<std::byte>(snapshot_bytes, std::byte{1}));
+  lane->stop(10s);
+}
+
 TEST_CASE("disk_lane: after a restart without the arena, the disk's entries are claimed under an "
           "equal fingerprint and load lazily") {
   kvlane::test::temp_dir dir;
