@@ -232,7 +232,7 @@ void admit(const call_ptr& call) {
     return;
   }
   if (!call->lease) { // the model loads first (if it is not loaded), then this stage again
-    svc.with_model(req.model, std::nullopt, [call](expected<actors::lease_ptr, api_error> lease) {
+    svc.with_model(req.model, req.keep_alive, [call](expected<actors::lease_ptr, api_error> lease) {
       if (!lease) {
         answer_error(call, lease.error());
         return;

@@ -144,10 +144,16 @@ status read_ollama_input(const json& v, embedding_request& r) {
   return {};
 }
 
-status read_keep_alive(const json& v) {
+/// Ollama's keep_alive: how long the model stays loaded after this request.
+status read_keep_alive(const json& v, embedding_request& r) {
   if (!v.is_string() && !v.is_number())
     return unexpected(wrong_type("keep_alive", "a duration string or a number", v));
-  return {}; // models stay loaded for the daemon's lifetime: every keep_alive is satisfied
+  auto keep = v.is_string() ? actors::parse_keep_alive(v.get<std::string>())
+                            : actors::keep_alive_seconds(v.get<double>());
+  if (!keep)
+    return unexpected(invalid("keep_alive", keep.error()));
+  r.keep_alive = *keep;
+  return {};
 }
 
 /// Ollama's `options`: only num_ctx means something for an embedding (a shorter context to
@@ -174,7 +180,7 @@ expected<bool, api_error> read_ollama_common(const std::string& k, const json& x
   if (k == "model")
     KVLANE_EMBED_TRY(read_model(x, r.model));
   else if (k == "keep_alive")
-    KVLANE_EMBED_TRY(read_keep_alive(x));
+    KVLANE_EMBED_TRY(read_keep_alive(x, r));
   else if (k == "options")
     KVLANE_EMBED_TRY(read_ollama_options(x, r));
   else

@@ -9,6 +9,7 @@
 // bound the number of inputs. Pure: the model, its context and its vocabulary are the
 // caller's to check.
 
+#include "actors/keep_alive.hpp"
 #include "backends/backend.hpp"
 #include "common/expected.hpp"
 #include "daemon/http/errors.hpp"
@@ -48,6 +49,8 @@ struct embedding_request {
   std::optional<std::uint32_t> dimensions; ///< asked for; must be the model's
   bool truncate = true;                   ///< Ollama: cut inputs over the context
   std::optional<std::uint32_t> num_ctx;   ///< Ollama options.num_ctx: a smaller context to cut to
+  /// Ollama's keep_alive (none: the model's configured one).
+  std::optional<actors::keep_alive> keep_alive;
 };
 
 expected<embedding_request, api_error> decode_openai_embeddings(std::string_view body);

@@ -7,6 +7,8 @@
 
 #include "tests/integration/http_fixture.hpp"
 
+#include <kvlane/client.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -287,6 +289,12 @@ TEST_CASE("model lifecycle: a bad keep_alive is a 400 that names the field") {
     CHECK(r.status == 400);
     CHECK(r.body.find("keep_alive") != std::string::npos);
   }
+  // The embedding endpoints read it the same way.
+  const auto r = d.request("POST", "/api/embed",
+                           json{{"model", "a"}, {"input", "x"}, {"keep_alive", "5 minutes"}}.dump());
+  CAPTURE(r.body);
+  CHECK(r.status == 400);
+  CHECK(r.body.find("keep_alive") != std::string::npos);
   CHECK(state_of(d, "a") == "unloaded"); // nothing was loaded for them
 }
 
@@ -312,4 +320,34 @@ TEST_CASE("model lifecycle: a model that fails to load fails every waiting reque
   CHECK(m["error"].get<std::string>().find("broken.gguf") != std::string::npos);
   // The daemon serves on.
   CHECK(generate(d, "a")["eval_count"] == 4);
+}
+
+TEST_CASE("model lifecycle: through the client library a request loads its model, and a model "
+          "that fails to load ends the stream with the cause") {
+  http_fixture d{lifecycle_config<0>};
+  kvlane::client::connect_options o;
+  o.socket_path = d.run_dir + "/kvlane.sock";
+  o.client_name = "lifecycle";
+  auto c = kvlane::client::connect(o);
+  REQUIRE_MESSAGE(c, (c ? std::string{} : c.error().message));
+  kvlane::client::request r;
+  r.model = "a";
+  r.prompt = "tell me a story";
+  r.sampling.max_tokens = 6;
+  auto s = (*c)->submit(r);
+  REQUIRE(s);
+  std::string text;
+  auto end = (*s)->wait(20s, &text);
+  REQUIRE(end);
+  CHECK(end->reason == kvlane::client::end_reason::length);
+  CHECK(end->generated_tokens == 6);
+  CHECK(state_of(d, "a") == "loaded");
+
+  r.model = "broken";
+  s = (*c)->submit(r);
+  REQUIRE(s);
+  end = (*s)->wait(20s);
+  REQUIRE(end);
+  CHECK(end->reason == kvlane::client::end_reason::error);
+  CHECK_MESSAGE(end->message.find("broken.gguf") != std::string::npos, end->message);
 }
