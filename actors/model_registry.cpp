@@ -284,11 +284,15 @@ void model_registry::run() {
     log->info("model '{}': unloading ({})", s.name, why);
     unlocked([&] { core.loader.unload(*entry); });
     s.state = residency::unloaded;
-    s.entry.reset();
+    auto last = std::move(s.entry);
     s.expires_at.reset();
     s.unload_requested = false;
     log->info("model '{}' unloaded", s.name);
     core.changed.notify_all();
+    unlocked([&] { // the backend's teardown (if this held its last reference), without the lock
+      last.reset();
+      entry.reset();
+    });
   };
   while (!core.stopping) {
     const auto now = clock::now();

@@ -286,11 +286,16 @@ void generation::on_decoded(decode_job& job) {
 void generation::with_model(generation_request req, const identity& who) {
   const auto keep = req.keep_alive;
   const auto model = req.model;
-  svc_.with_model(model, keep, [weak = weak_from_this(), req = std::move(req), who](
+  const bool loaded = svc_.find_model(model) != nullptr;
+  svc_.with_model(model, keep, [weak = weak_from_this(), req = std::move(req), who, loaded,
+                                asked = std::chrono::steady_clock::now()](
                                  expected<actors::lease_ptr, api_error> lease) mutable {
     auto g = weak.lock();
     if (!g || g->abandoned_ || g->finished_)
       return; // the client left while its model loaded
+    if (!loaded)
+      g->load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - asked)
+                      .count();
     // The API's writer is made with the model loaded (its tool-call syntax
     // comes from the tokenizer); given the error, it answers it.
     expected<generation_request, api_error> r = std::move(req);
@@ -516,6 +521,7 @@ void generation::on_end(const actors::stream_end& end) {
   s.total_ms = end.e2e_ms;
   s.preemptions = end.preemptions;
   s.cached_tokens = end.cached_tokens;
+  s.load_ms = load_ms_;
   if (!abandoned_)
     writer_->on_finish(s);
 }

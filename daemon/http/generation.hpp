@@ -55,6 +55,7 @@ struct generation_summary {
   double total_ms = 0; ///< submit to the end
   std::uint32_t preemptions = 0;
   std::uint32_t cached_tokens = 0; ///< prompt tokens served from retained KV, not prefilled
+  double load_ms = 0; ///< how long the request waited for its model to load (0: it was loaded)
 };
 
 /// One candidate token as the client sees it.
@@ -157,6 +158,7 @@ private:
   /// Holds the model loaded from begin() until the engine has the request
   /// (the sequence then holds its own).
   actors::lease_ptr lease_;
+  double load_ms_ = 0; ///< waited for the model to load
   std::unique_ptr<generation_writer> writer_;
   /// Shared with the render job: set when the client goes away, so a job
   /// still queued is skipped.

@@ -78,8 +78,8 @@ public:
     if (!stream_ && !calls_.empty())
       last["message"]["tool_calls"] = calls_;
     last["done_reason"] = s.finish_reason;
-    last["total_duration"] = ns_of(s.total_ms);
-    last["load_duration"] = 0;
+    last["total_duration"] = ns_of(s.total_ms + s.load_ms);
+    last["load_duration"] = ns_of(s.load_ms); // waiting for the model to load
     // Ollama counts the whole prompt, cached or not, and reports the cached
     // part separately (docs/http.md).
     last["prompt_eval_count"] = s.prompt_tokens;

@@ -117,6 +117,9 @@ TEST_CASE("model lifecycle: a model loads on its first request; every configured
   const auto r = generate(d, "a");
   CHECK(r["done"] == true);
   CHECK(r["eval_count"] == 4);
+  CHECK(r["load_duration"].get<std::int64_t>() > 0); // it waited for the load
+  CHECK(r["total_duration"].get<std::int64_t>() > r["load_duration"].get<std::int64_t>());
+  CHECK(generate(d, "a")["load_duration"] == 0); // loaded by now
   CHECK(state_of(d, "a") == "loaded");
   CHECK(state_of(d, "b") == "unloaded");
   const auto ps = json::parse(d.request("GET", "/api/ps").body)["models"];
