@@ -7,6 +7,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include <algorithm>
+#include <filesystem>
 
 namespace kvlane::actors {
 
@@ -61,6 +62,11 @@ load_model_instance(const instance_context& ctx, const engine_config& cfg, std::
     e->backend, std::min(e->backend->tokens().size(), info.vocab_size));
   e->monitor = spawn_engine_monitor(*ctx.sys, {{e->name, e->scheduler, e->health}},
                                     ctx.stats_refresh, ctx.on_failure);
+  if (m.backend.kind == "llamacpp") {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(m.backend.llamacpp.gguf, ec);
+    e->weights_bytes = ec ? 0 : bytes;
+  }
   e->load_time = std::chrono::duration_cast<std::chrono::milliseconds>(
     std::chrono::steady_clock::now() - started);
   logging::get("backend")->info(

@@ -48,6 +48,9 @@ struct model_entry {
   /// Its grammar vocabulary (built on the first constrained request) and mask caches.
   std::shared_ptr<model_grammar> grammar;
   std::chrono::milliseconds load_time{0}; ///< how long loading it took
+  /// Bytes of its weights file (a GGUF), 0 when the backend has none (the sim) or its
+  /// size is unknown: with its KV slots, what /api/ps reports as its size.
+  std::uint64_t weights_bytes = 0;
 };
 
 /// What loading any model needs besides its own config.

@@ -18,7 +18,7 @@ std::string rfc3339(std::chrono::system_clock::time_point t) {
 }
 
 std::uint64_t resident_bytes(const actors::model_entry& m) {
-  return m.info.snapshot_bytes * m.info.slots;
+  return m.weights_bytes + m.info.snapshot_bytes * m.info.slots;
 }
 
 json model_state_json(const actors::model_status& m) {

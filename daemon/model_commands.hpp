@@ -25,8 +25,8 @@ namespace kvlane::daemon {
 /// "2026-12-03T04:05:06.123456789Z".
 std::string rfc3339(std::chrono::system_clock::time_point t);
 
-/// What stays resident for a loaded model: its KV slots (snapshot_bytes per
-/// slot). Backends do not report their weights' size.
+/// What stays resident for a loaded model: its weights file (a GGUF; the
+/// sim has none) and its KV slots (snapshot_bytes per slot).
 std::uint64_t resident_bytes(const actors::model_entry& m);
 
 /// One model's lifecycle: {"name", "state", "keep_alive", "expires_at" (or
