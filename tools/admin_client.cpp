@@ -238,6 +238,15 @@ void print_status(const json& r) {
                m.value("max_context", 0u), human_bytes(m.value("kv_bytes_per_token", 0.0)),
                human_bytes(m.value("snapshot_bytes", 0.0)));
     fmt::print("      {:<20} {}\n", "", reuse_line(m["reuse"]));
+    if (m.contains("lifecycle") && m["lifecycle"].is_object()) {
+      const auto& l = m["lifecycle"];
+      const auto until = l["expires_at"].is_string()
+                           ? "unloads at " + l["expires_at"].get<std::string>().substr(0, 19)
+                               + "Z if idle"
+                           : std::string{"stays loaded"};
+      fmt::print("      {:<20} keep_alive {}, {}; {} request(s) using it\n", "",
+                 l.value("keep_alive", std::string{}), until, l.value("in_use", 0));
+    }
     print_device(m);
   }
   auto& s = r["store"];
