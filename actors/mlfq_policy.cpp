@@ -66,7 +66,7 @@ void mlfq_policy::age(mlfq_position& p, bool resident) const noexcept {
     p.waited_steps = 0;
     return;
   }
-  if (++p.waited_steps >= knobs_.aging_steps && p.level > 0)
+  if (++p.waited_steps >= knobs_.aging_steps && (p.level > 0 || p.demoted))
     return_to_top(p);
 }
 
@@ -78,6 +78,7 @@ void mlfq_policy::return_to_top(mlfq_position& p) noexcept {
   p.level = 0;
   p.quantum_used = 0;
   p.waited_steps = 0;
+  p.demoted = false;
 }
 
 std::vector<std::size_t> mlfq_policy::rank(std::span<const rank_entry> entries) const {
@@ -109,7 +110,8 @@ std::vector<std::size_t> mlfq_policy::rank(std::span<const rank_entry> entries) 
   for (std::size_t i = 0; i < all.size();) {
     const auto& head = pos(all[i]);
     std::size_t j = i;
-    while (j < all.size() && pos(all[j]).cls == head.cls && pos(all[j]).level == head.level)
+    while (j < all.size() && pos(all[j]).cls == head.cls && pos(all[j]).demoted == head.demoted
+           && rank_level(pos(all[j])) == rank_level(head))
       ++j;
     clients.clear();
     keyed.clear();

@@ -36,6 +36,10 @@ struct mlfq_position {
   std::uint32_t quantum_used = 0; ///< steps used of this level's quantum
   std::uint64_t turn = 0;         ///< lower runs first within a (class, level)
   std::uint64_t waited_steps = 0; ///< successful steps since it last held a slot
+  /// Can no longer meet its class's TTFT objective (goodput, mlfq order
+  /// only): ranks after every sequence of its class that still can, by turn,
+  /// until aging returns it to the top.
+  bool demoted = false;
 };
 
 /// Knobs that may change while sequences run (kvlane reload).
@@ -93,12 +97,13 @@ public:
   bool ages() const noexcept;
 
   /// What aging does to a sequence that waited long enough: back to level 0,
-  /// its quantum unused, keeping its turn.
+  /// its quantum unused, keeping its turn; no longer demoted.
   static void return_to_top(mlfq_position& p) noexcept;
 
   /// Indices into `entries`, best first: by turn (arrival), by (class, turn)
-  /// (priority), or by (class, level, turn) (mlfq) with clients interleaved round-robin inside each
-  /// (class, level) in the order of their earliest turn there.
+  /// (priority), or by (class, demoted, level, turn) (mlfq) with clients
+  /// interleaved round-robin inside each group in the order of their earliest
+  /// turn there.
   std::vector<std::size_t> rank(std::span<const rank_entry> entries) const;
 
 private:
@@ -107,12 +112,20 @@ private:
   std::uint64_t next_turn_ = 1;
 };
 
-/// Strict-weak order of two positions by (class, level, turn).
+/// The level a position ranks at: a demoted one ranks in its class's one
+/// demoted group, by turn alone.
+inline std::uint32_t rank_level(const mlfq_position& p) noexcept {
+  return p.demoted ? 0 : p.level;
+}
+
+/// Strict-weak order of two positions by (class, demoted, level, turn).
 inline bool ranks_before(const mlfq_position& a, const mlfq_position& b) noexcept {
   if (a.cls != b.cls)
     return a.cls < b.cls;
-  if (a.level != b.level)
-    return a.level < b.level;
+  if (a.demoted != b.demoted)
+    return b.demoted;
+  if (rank_level(a) != rank_level(b))
+    return rank_level(a) < rank_level(b);
   return a.turn < b.turn;
 }
 

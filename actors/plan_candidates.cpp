@@ -2,7 +2,32 @@
 
 #include "actors/sequence_table.hpp"
 
+#include "common/elapsed.hpp"
+
 namespace kvlane::actors {
+
+slot_candidate plan_candidate(const sequence& s, const preemption_figures& figures,
+                              const candidate_inputs& in,
+                              std::chrono::steady_clock::time_point now) {
+  slot_candidate c{s.id, s.state, s.slot, s.in_step, false};
+  c.cls = s.position.cls;
+  const bool waiting = s.state == kv_state::queued || s.state == kv_state::parked;
+  if (s.state == kv_state::resident || waiting) {
+    const auto since = s.generated > 0 ? s.first_token : s.arrived;
+    const resident_progress progress{
+      s.kv_len, s.tokens.size(), s.generated, s.smp.params().max_tokens,
+      in.snapshot_size(s.kv_len), s.position.cls,
+      std::chrono::duration<double, std::milli>(now - since).count()};
+    if (waiting) {
+      figures.fill_waiting(progress, s.state == kv_state::parked, c);
+    } else {
+      if (!s.in_step)
+        c.recompute_cheaper = in.recompute_cheaper(s);
+      figures.fill(progress, c);
+    }
+  }
+  return c;
+}
 
 std::vector<slot_candidate> plan_candidates(std::span<sequence* const> order,
                                             const preemption_figures& figures,
@@ -10,27 +35,28 @@ std::vector<slot_candidate> plan_candidates(std::span<sequence* const> order,
                                             std::chrono::steady_clock::time_point now) {
   std::vector<slot_candidate> out;
   out.reserve(order.size());
-  for (const auto* s : order) {
-    slot_candidate c{s->id, s->state, s->slot, s->in_step, false};
-    c.cls = s->position.cls;
-    const bool waiting = s->state == kv_state::queued || s->state == kv_state::parked;
-    if (s->state == kv_state::resident || waiting) {
-      const auto since = s->generated > 0 ? s->first_token : s->arrived;
-      const resident_progress progress{
-        s->kv_len, s->tokens.size(), s->generated, s->smp.params().max_tokens,
-        in.snapshot_size(s->kv_len), s->position.cls,
-        std::chrono::duration<double, std::milli>(now - since).count()};
-      if (waiting) {
-        figures.fill_waiting(progress, s->state == kv_state::parked, c);
-      } else {
-        if (!s->in_step)
-          c.recompute_cheaper = in.recompute_cheaper(*s);
-        figures.fill(progress, c);
-      }
-    }
-    out.push_back(c);
-  }
+  for (const auto* s : order)
+    out.push_back(plan_candidate(*s, figures, in, now));
   return out;
+}
+
+std::uint64_t demote_hopeless(sequence_table& table, const preemption_figures& figures,
+                              const candidate_inputs& in, const slo_targets& slo,
+                              std::chrono::steady_clock::time_point now) {
+  std::uint64_t demoted = 0;
+  for (auto* s : table.due_for_demotion(now)) {
+    const auto c = plan_candidate(*s, figures, in, now);
+    const auto v =
+      judge_demotion(c.slack_ms, ms_between(s->arrived, now), slo.of(s->position.cls).ttft_ms);
+    if (v.demote) {
+      table.demote(*s);
+      ++demoted;
+    } else {
+      table.watch_demotion(*s, now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                       std::chrono::duration<double, std::milli>(v.recheck_in_ms)));
+    }
+  }
+  return demoted;
 }
 
 } // namespace kvlane::actors

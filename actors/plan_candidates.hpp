@@ -10,6 +10,7 @@
 //
 // Pure given its inputs (the instant is a parameter). Threading: the scheduler's thread.
 
+#include "actors/demotion_queue.hpp"
 #include "actors/preemption_figures.hpp"
 #include "actors/slot_planner.hpp"
 
@@ -22,6 +23,7 @@
 namespace kvlane::actors {
 
 struct sequence;
+class sequence_table;
 
 struct candidate_inputs {
   /// A snapshot's size for this many positions (the backend's snapshot_size).
@@ -30,10 +32,23 @@ struct candidate_inputs {
   std::function<bool(const sequence&)> recompute_cheaper;
 };
 
+/// One sequence's candidate at `now`.
+slot_candidate plan_candidate(const sequence& s, const preemption_figures& figures,
+                              const candidate_inputs& in,
+                              std::chrono::steady_clock::time_point now);
+
 /// The candidates of `order` (ranked, best first) at `now`, in the same order.
 std::vector<slot_candidate> plan_candidates(std::span<sequence* const> order,
                                             const preemption_figures& figures,
                                             const candidate_inputs& in,
                                             std::chrono::steady_clock::time_point now);
+
+/// Goodput: each sequence of `table` before its first token whose check is
+/// due at `now` is demoted if its slack (from its candidate) is gone, and
+/// otherwise watched again for when it would be (actors/demotion_queue).
+/// O(log n) per sequence checked, nothing else. Returns how many it demoted.
+std::uint64_t demote_hopeless(sequence_table& table, const preemption_figures& figures,
+                              const candidate_inputs& in, const slo_targets& slo,
+                              std::chrono::steady_clock::time_point now);
 
 } // namespace kvlane::actors

@@ -7,8 +7,8 @@ namespace kvlane::actors {
 rank_index::group_key rank_index::key_of(const mlfq_position& p) const noexcept {
   switch (order_) {
     case rank_order::arrival: return {};
-    case rank_order::priority: return {p.cls, 0};
-    case rank_order::mlfq: return {p.cls, p.level};
+    case rank_order::priority: return {p.cls, false, 0};
+    case rank_order::mlfq: return {p.cls, p.demoted, rank_level(p)};
   }
   return {};
 }

@@ -5,12 +5,13 @@
 //
 // It gives exactly the order `mlfq_policy::rank` computes from the same
 // positions and clients (docs/scheduling.md, "Rank"): by turn (arrival), by
-// (class, turn) (priority), or by (class, level, turn) with the clients of
-// each (class, level) interleaved round-robin in the order of their earliest
+// (class, turn) (priority), or by (class, demoted, level, turn) with the
+// clients of each such group interleaved round-robin in the order of their earliest
 // turn there (mlfq). A sequence is inserted once, erased once, and re-keyed
-// only when its class, level or turn changes; each costs O(log n).
+// only when its class, demotion, level or turn changes; each costs O(log n).
 //
-// Layout: one group per (class, level), ordered; in a group one queue per
+// Layout: one group per (class, demoted, level) (a demoted sequence ranks at
+// level 0 of its group: by turn alone), ordered; in a group one queue per
 // client, its members ordered by turn in a tree that also answers "how many
 // members before this one" (the member's round), and the clients ordered by
 // their first member. Walking from the best end costs O(log n) to start plus
@@ -53,7 +54,7 @@ public:
   bool erase(seq_id id);
 
   /// Moves a sequence to where `position` ranks it; a no-op unless its
-  /// class, level or turn changed. False if `id` is not in.
+  /// class, demotion, level or turn changed. False if `id` is not in.
   bool update(seq_id id, const mlfq_position& position);
 
   /// Calls `visit(seq_id)` for each sequence, best first, until it returns
@@ -70,6 +71,7 @@ public:
 private:
   struct group_key {
     priority_class cls = priority_class::interactive;
+    bool demoted = false;
     std::uint32_t level = 0;
     auto operator<=>(const group_key&) const = default;
   };

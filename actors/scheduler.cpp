@@ -73,6 +73,8 @@ public:
     auto& added =
       st_.seqs.add(std::move(seq), s.fairness_unit.empty() ? s.client : s.fairness_unit);
     ++st_.stats.submitted;
+    if (goodput_gated())
+      st_.seqs.watch_demotion(added, added.arrived);
     phase_changed(added, seq_phase::queued);
     schedule_after_burst();
   }
@@ -363,24 +365,27 @@ private:
   // the residents outside them in their rank order: O(slots log n), not a
   // pass over every live sequence.
   void plan_slots(std::size_t limit = 0) {
-    (void)st_.kv->expire_idle(clock::now(), false);
-    const auto spare_slots = st_.rules.keeps_spare ? st_.spare : 0;
-    const auto target = plan_target_size(st_.info.slots, spare_slots, st_.rules.preempts);
-    auto order = st_.seqs.best_ranked(limit != 0 ? std::min(limit, target) : target);
-    life_.take_warm_hits(limit, clock::now());
-    life_.reclaim_warm(order, target_size(), spare_wanted());
-    if (limit == 0)
-      for (auto* s : st_.seqs.residents_in_rank_order(order))
-        order.push_back(s);
+    const auto now = clock::now();
+    (void)st_.kv->expire_idle(now, false);
     // Objectives gate the MLFQ modes' preemption; recompute stays the vLLM peer it models.
-    const bool gated = st_.slo_gates && st_.rules.order == rank_order::mlfq;
+    const bool gated = goodput_gated();
     const preemption_figures figures{st_.costs, st_.outputs, gated ? &st_.slo : nullptr,
                                      slot_holders().size(),
                                      st_.info.max_prefill_chunk, st_.serialized};
     const candidate_inputs inputs{
       [this](std::uint32_t n) { return st_.setup.backend->snapshot_size(n); },
       [this](const sequence& s) { return would_recompute(s); }};
-    const auto candidates = plan_candidates(order, figures, inputs, clock::now());
+    if (gated)
+      st_.stats.demoted += demote_hopeless(st_.seqs, figures, inputs, st_.slo, now);
+    const auto spare_slots = st_.rules.keeps_spare ? st_.spare : 0;
+    const auto target = plan_target_size(st_.info.slots, spare_slots, st_.rules.preempts);
+    auto order = st_.seqs.best_ranked(limit != 0 ? std::min(limit, target) : target);
+    life_.take_warm_hits(limit, now);
+    life_.reclaim_warm(order, target_size(), spare_wanted());
+    if (limit == 0)
+      for (auto* s : st_.seqs.residents_in_rank_order(order))
+        order.push_back(s);
+    const auto candidates = plan_candidates(order, figures, inputs, now);
     // A warm slot is held for the planner; reclaim_warm freed what it needs.
     std::vector<std::optional<seq_id>> owners(st_.seqs.owners().begin(), st_.seqs.owners().end());
     for (slot_id i = 0; i < owners.size(); ++i)
@@ -395,6 +400,11 @@ private:
     in.preemptive = st_.rules.preempts;
     planned_actions actions{*this};
     actors::plan_slots(in, actions);
+  }
+
+  /// Whether the objectives steer the MLFQ modes (preemption and demotion).
+  bool goodput_gated() const noexcept {
+    return st_.slo_gates && st_.rules.order == rank_order::mlfq;
   }
 
   bool would_recompute(const sequence& s) const {

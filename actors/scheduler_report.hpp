@@ -59,6 +59,9 @@ struct scheduler_stats {
   std::uint64_t submitted = 0, finished = 0, cancelled = 0, failed = 0;
   std::uint64_t steps = 0, tokens_generated = 0, prefill_tokens = 0;
   std::uint64_t preemptions = 0, swaps = 0, recomputes = 0;
+  /// Sequences ranked down because they could no longer meet their TTFT
+  /// objective (docs/scheduling.md "Goodput").
+  std::uint64_t demoted = 0;
   std::uint64_t dumps = 0, loads = 0, snapshots_lost = 0;
   std::uint64_t step_failures = 0, dump_failures = 0, load_failures = 0;
   /// Step faults (actors/fault_policy, docs/scheduling.md "Failures").

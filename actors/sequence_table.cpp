@@ -10,7 +10,7 @@ sequence_table::sequence_table(rank_order order, std::uint32_t slots)
 sequence& sequence_table::add(std::unique_ptr<sequence> s, std::string_view fairness_unit) {
   auto& seq = *s;
   ranks_.insert(seq.id, seq.position, fairness_unit);
-  aging_.enter(seq.id, seq.position.level > 0);
+  aging_.enter(seq.id, seq.position.level > 0 || seq.position.demoted);
   ++counts_[static_cast<std::size_t>(seq.state)][static_cast<std::size_t>(seq.position.cls)];
   seqs_.emplace(seq.id, std::move(s));
   note_head(seq);
@@ -69,15 +69,17 @@ std::vector<sequence*> sequence_table::slot_holders() const {
 }
 
 void sequence_table::moved(sequence& s, const mlfq_position& before) {
-  if (s.position.level == before.level && s.position.turn == before.turn)
+  if (s.position.level == before.level && s.position.turn == before.turn
+      && s.position.demoted == before.demoted)
     return; // most steps: same place
   ranks_.update(s.id, s.position);
-  aging_.set_above_top(s.id, s.position.level > 0);
+  aging_.set_above_top(s.id, s.position.level > 0 || s.position.demoted);
 }
 
 void sequence_table::unrank(const sequence& s) {
   ranks_.erase(s.id);
   aging_.leave(s.id);
+  demotions_.forget(s.id);
   if (s.head)
     by_head_.erase({*s.head, s.id});
 }
@@ -102,6 +104,27 @@ void sequence_table::age(std::uint32_t aging_steps) {
     mlfq_policy::return_to_top(s->position);
     ranks_.update(id, s->position);
   }
+}
+
+void sequence_table::watch_demotion(const sequence& s, demotion_queue::time_point at) {
+  if (ranks_.contains(s.id))
+    demotions_.watch(s.id, at);
+}
+
+std::vector<sequence*> sequence_table::due_for_demotion(demotion_queue::time_point now) {
+  std::vector<sequence*> out;
+  for (auto id : demotions_.due(now)) {
+    auto* s = find(id);
+    if (s && ranks_.contains(id) && s->generated == 0 && !s->position.demoted)
+      out.push_back(s);
+  }
+  return out;
+}
+
+void sequence_table::demote(sequence& s) {
+  const auto before = s.position;
+  s.position.demoted = true;
+  moved(s, before);
 }
 
 std::vector<sequence*> sequence_table::best_ranked(std::size_t n) const {

@@ -19,6 +19,7 @@
 // Pure: no clock, no actor. Threading: one scheduler.
 
 #include "actors/aging_queue.hpp"
+#include "actors/demotion_queue.hpp"
 #include "actors/constrained_decoding.hpp"
 #include "actors/messages.hpp"
 #include "actors/mlfq_policy.hpp"
@@ -128,6 +129,18 @@ public:
   /// return to level 0 (mlfq_policy::age, carried out by the aging queue).
   void age(std::uint32_t aging_steps);
 
+  // -- goodput: demotion before the first token ----------------------------------
+
+  /// Checks `s` for demotion at `at` (actors/demotion_queue): a ranked
+  /// sequence whose first token is still to come.
+  void watch_demotion(const sequence& s, demotion_queue::time_point at);
+  /// The ranked sequences due for a check at `now` that still have no first
+  /// token and are not demoted; none of them is watched any more.
+  std::vector<sequence*> due_for_demotion(demotion_queue::time_point now);
+  /// Ranks `s` after every sequence of its class that can still meet its
+  /// objective (until aging returns it to the top).
+  void demote(sequence& s);
+
   /// The best `n` ranked sequences, best first.
   std::vector<sequence*> best_ranked(std::size_t n) const;
   /// Ranked residents that are not in `top`, best first.
@@ -149,6 +162,7 @@ private:
   std::vector<std::optional<seq_id>> owners_;
   rank_index ranks_;  ///< the live sequences that are not cancelled, in rank order
   aging_queue aging_; ///< when waiting sequences return to level 0
+  demotion_queue demotions_; ///< when sequences before their first token are checked
   /// The ranked sequences by (head, id): those that can match a warm entry.
   std::set<std::pair<std::uint64_t, seq_id>> by_head_;
   /// Live sequences (cancelled ones too) by [kv_state][priority_class]: the

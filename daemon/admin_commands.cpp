@@ -153,6 +153,7 @@ json status(const admin_services& s) {
                       {"preemptions", st.preemptions},
                       {"swaps", st.swaps},
                       {"recomputes", st.recomputes},
+                      {"demoted", st.demoted},
                       {"transfer_s", st.transfer_ms / 1000},
                       {"transfer_hidden_s", st.transfer_hidden_ms / 1000},
                       {"masks", masks_of(st.masks)},

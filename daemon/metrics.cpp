@@ -202,6 +202,11 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
     w.sample("kvlane_preemptions_total", model_label(s.model) + ",kind=\"recompute\"",
              double(s.recomputes));
   }
+  w.family("kvlane_demoted_total", "counter",
+           "Sequences ranked after their class's others: they could no longer meet their TTFT "
+           "objective.");
+  for (auto& s : schedulers)
+    w.sample("kvlane_demoted_total", model_label(s.model), double(s.demoted));
   w.family("kvlane_transfers_total", "counter", "KV transfers by kind.");
   for (auto& s : schedulers) {
     w.sample("kvlane_transfers_total", model_label(s.model) + ",kind=\"dump\"", double(s.dumps));

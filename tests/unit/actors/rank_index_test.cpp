@@ -68,11 +68,17 @@ public:
     REQUIRE(sut_.update(id, seqs_.at(id).position));
   }
 
-  /// What aging does: back to level 0, keeping the turn.
+  /// What aging does: back to level 0, keeping the turn, no longer demoted.
   void lift(seq_id id) {
     auto& p = seqs_.at(id).position;
-    p.level = 0;
-    p.quantum_used = 0;
+    mlfq_policy::return_to_top(p);
+    REQUIRE(sut_.update(id, p));
+  }
+
+  /// Goodput: it can no longer meet its objective.
+  void demote(seq_id id) {
+    auto& p = seqs_.at(id).position;
+    p.demoted = true;
     REQUIRE(sut_.update(id, p));
   }
 
@@ -111,8 +117,10 @@ void check_random_history(rank_order order, std::uint64_t seed) {
       const auto id = it->first;
       if (what < 6)
         m.end(id);
-      else if (what < 9)
+      else if (what < 8)
         m.run_step(id);
+      else if (what < 9 && order == rank_order::mlfq)
+        m.demote(id);
       else
         m.lift(id);
     }
@@ -187,6 +195,23 @@ TEST_CASE("rank_index: interactive ranks before batch and a lower level before a
   const auto long_prompt = m.submit(priority_class::interactive, 500, "c");
   const auto short_prompt = m.submit(priority_class::interactive, 10, "c");
   CHECK(all_of(m.sut()) == std::vector<seq_id>{short_prompt, long_prompt, batch});
+  CHECK(all_of(m.sut()) == m.expected());
+}
+
+TEST_CASE("rank_index: a demoted sequence ranks after every undemoted one of its class, by turn "
+          "whatever its level, and before the class below; aging lifts it back") {
+  model m{rank_order::mlfq, {2, 4, 0}};
+  const auto early_long = m.submit(priority_class::interactive, 500, "a"); // skip-joins level 3
+  const auto early_short = m.submit(priority_class::interactive, 10, "b");
+  const auto late_long = m.submit(priority_class::interactive, 500, "c");
+  const auto late_short = m.submit(priority_class::interactive, 10, "d");
+  const auto batch = m.submit(priority_class::batch, 10, "e");
+  m.demote(late_short);
+  m.demote(early_long);
+  CHECK(all_of(m.sut()) == std::vector<seq_id>{early_short, late_long, early_long, late_short, batch});
+  CHECK(all_of(m.sut()) == m.expected());
+  m.lift(late_short);
+  CHECK(all_of(m.sut()) == std::vector<seq_id>{early_short, late_short, late_long, early_long, batch});
   CHECK(all_of(m.sut()) == m.expected());
 }
 
