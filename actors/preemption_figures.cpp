@@ -11,8 +11,15 @@ preemption_figures::preemption_figures(const cost_model& costs, const output_len
     dump_exposed_(dump_exposed) {
   const auto base = costs.step_base_ms();
   const auto per_token = costs.step_per_token_ms();
-  if (base && per_token)
+  if (base && per_token) {
     step_ms_ = *base + *per_token * static_cast<double>(std::max<std::size_t>(1, slot_holders));
+    per_token_ms_ = *per_token;
+  }
+}
+
+double preemption_figures::prefill_ms(std::size_t tokens) const {
+  const double steps = static_cast<double>((tokens + chunk_ - 1) / chunk_);
+  return steps * *step_ms_ + per_token_ms_ * static_cast<double>(tokens);
 }
 
 void preemption_figures::fill(const resident_progress& s, slot_candidate& c) const {
@@ -22,12 +29,12 @@ void preemption_figures::fill(const resident_progress& s, slot_candidate& c) con
   if (!step_ms_)
     return;
   const auto prompt_left = s.kv_len < s.tokens ? s.tokens - s.kv_len : 0;
-  const double prefill_steps = static_cast<double>((prompt_left + chunk_ - 1) / chunk_);
+  const double prefill = prefill_ms(prompt_left);
   const double left_at_most = s.max_tokens > s.generated ? s.max_tokens - s.generated : 0;
   const double left = outputs_.expected_remaining(s.generated, s.max_tokens);
-  c.expected_end_ms = (prefill_steps + left) * *step_ms_;
-  c.end_at_most_ms = (prefill_steps + left_at_most) * *step_ms_;
-  c.slack_ms = slack(s, prefill_steps * *step_ms_, left);
+  c.expected_end_ms = prefill + left * *step_ms_;
+  c.end_at_most_ms = prefill + left_at_most * *step_ms_;
+  c.slack_ms = slack(s, prefill, left);
 }
 
 void preemption_figures::fill_waiting(const resident_progress& s, bool parked,
@@ -35,8 +42,7 @@ void preemption_figures::fill_waiting(const resident_progress& s, bool parked,
   if (!step_ms_)
     return;
   const auto start = parked ? costs_.load_ms(s.snapshot_bytes)
-                            : costs_.recompute_ms(static_cast<std::uint32_t>(
-                                s.tokens > s.kv_len ? s.tokens - s.kv_len : 0));
+                            : std::optional<double>(prefill_ms(s.tokens > s.kv_len ? s.tokens - s.kv_len : 0));
   if (!start)
     return;
   const double left = outputs_.expected_remaining(s.generated, s.max_tokens);

@@ -7,7 +7,9 @@
 //
 // A resident still prefilling has its remaining chunks ahead of it, then the
 // output its peers' lengths predict; each of those is one step, and a step is
-// costed with every slot holder in it. Until the cost model knows the step's
+// costed with every slot holder in it, a prefill step also with its chunk's
+// tokens (so a waiting prompt's start is its chunks, not one pass over its
+// tokens). Until the cost model knows the step's
 // figures (or the eviction's), the figures stay unknown and the rule leaves
 // the choice to the rank order.
 //
@@ -65,11 +67,14 @@ private:
   /// Slack for a sequence whose first token (or next run) is `ahead_ms` away
   /// and that then has `left` tokens to go.
   double slack(const resident_progress& s, double ahead_ms, double left) const;
+  /// Prefilling `tokens` in chunks: a step each, plus each chunk's tokens.
+  double prefill_ms(std::size_t tokens) const;
 
   const cost_model& costs_;
   const output_lengths& outputs_;
   const slo_targets* slo_; ///< null: no objectives, every slack unknown
   std::optional<double> step_ms_;
+  double per_token_ms_ = 0;
   std::uint32_t chunk_;
   bool dump_exposed_;
 };

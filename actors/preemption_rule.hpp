@@ -18,7 +18,9 @@
 // waits for a slot and meets it if the eviction goes ahead. A waiter that
 // meets its objective anyway gains nothing that counts and costs everyone the
 // eviction's device time; one that misses it either way is demoted, not
-// helped at others' expense. And the victim must not lose an objective it
+// helped at others' expense, except over a lower class where the victim
+// loses no objective (so a late interactive request still goes ahead of batch
+// work with time to spare). And the victim must not lose an objective it
 // would otherwise meet (its TPOT, or its TTFT while it has no token yet),
 // unless the waiter is of a higher class (an interactive request over a batch
 // one).
@@ -72,6 +74,10 @@ bool preemption_pays(const preemption_case& c) noexcept;
 /// (it misses it waiting for the slot, meets it with the eviction). Unknown
 /// figures: true.
 bool eviction_saves_waiter(const preemption_case& c) noexcept;
+
+/// Whether the waiter misses its objective even with the eviction (its slack
+/// is shorter than the eviction). Unknown figures: false.
+bool eviction_misses_waiter_anyway(const preemption_case& c) noexcept;
 
 /// Whether the eviction costs the victim an objective it would meet if left
 /// alone: it stalls for the eviction and then until a slot frees (the

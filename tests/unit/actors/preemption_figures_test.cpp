@@ -48,15 +48,16 @@ TEST_CASE("preemption_figures: a swap that stalls compute costs its dump too, a 
 }
 
 TEST_CASE("preemption_figures: a resident still prefilling has its chunks left ahead of its "
-          "output") {
+          "output, each a step that also carries the chunk's tokens") {
   const auto costs = fixed();
   output_lengths outputs; // nothing finished: one more token expected after the prompt
   const preemption_figures f{costs, outputs, &slo, 1, 128, false};
   slot_candidate c{1, kv_state::resident, slot_id{0}, false, false};
   f.fill({0, 300, 0, 50, mib}, c);
   const double step = 50.0 + 0.5;
-  CHECK(c.expected_end_ms == doctest::Approx((3 + 1) * step));
-  CHECK(c.end_at_most_ms == doctest::Approx((3 + 50) * step));
+  const double prefill = 3 * step + 0.5 * 300; // 3 chunks of at most 128 tokens
+  CHECK(c.expected_end_ms == doctest::Approx(prefill + 1 * step));
+  CHECK(c.end_at_most_ms == doctest::Approx(prefill + 50 * step));
 }
 
 TEST_CASE("preemption_figures: before the cost model has measured anything the figures stay "
@@ -82,15 +83,16 @@ TEST_CASE("preemption_figures: a resident's slack before its first token is its 
   slot_candidate prefilling{1, kv_state::resident, slot_id{0}, false, false};
   resident_progress p{0, 300, 0, 50, mib, priority_class::interactive, 500};
   f.fill(p, prefilling);
-  CHECK(prefilling.slack_ms == doctest::Approx(2000 - 500 - 3 * step));
+  CHECK(prefilling.slack_ms == doctest::Approx(2000 - 500 - (3 * step + 0.5 * 300)));
   slot_candidate decoding{2, kv_state::resident, slot_id{1}, false, false};
   f.fill({100, 100, 10, 50, mib, priority_class::batch, 4000}, decoding);
   // 10 tokens done, 20 expected to come: 29 gaps of at most 1 s.
   CHECK(decoding.slack_ms == doctest::Approx(1000.0 * 29 - 4000 - 20 * step));
 }
 
-TEST_CASE("preemption_figures: a waiting sequence runs its prefill (or load when parked) and "
-          "its expected output; its slack is what is left of its objective after its start") {
+TEST_CASE("preemption_figures: a waiting sequence runs its prefill in chunks (or its load when "
+          "parked) and its expected output; its slack is what is left of its objective after its "
+          "start") {
   const auto costs = fixed();
   output_lengths outputs;
   outputs.observe(10);
@@ -98,8 +100,9 @@ TEST_CASE("preemption_figures: a waiting sequence runs its prefill (or load when
   const double step = 50.0 + 0.5 * 2;
   slot_candidate queued{1, kv_state::queued, std::nullopt, false, false};
   f.fill_waiting({0, 400, 0, 50, 0, priority_class::interactive, 300}, false, queued);
-  CHECK(queued.service_ms == doctest::Approx(0.5 * 400 + 10 * step));
-  CHECK(queued.slack_ms == doctest::Approx(2000 - 300 - 0.5 * 400));
+  const double prefill = 4 * step + 0.5 * 400; // 4 chunks of at most 128 tokens
+  CHECK(queued.service_ms == doctest::Approx(prefill + 10 * step));
+  CHECK(queued.slack_ms == doctest::Approx(2000 - 300 - prefill));
   slot_candidate parked{2, kv_state::parked, std::nullopt, false, false};
   f.fill_waiting({200, 200, 0, 50, 4 * mib, priority_class::batch, 70000}, true, parked);
   CHECK(parked.service_ms == doctest::Approx(4 * 16.0 + 10 * step));

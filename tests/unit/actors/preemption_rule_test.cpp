@@ -79,6 +79,20 @@ TEST_CASE("preemption_rule: an eviction that breaks the victim's objective goes 
   CHECK(preemption_pays(short_waiter));
 }
 
+TEST_CASE("preemption_rule: a waiter that misses its objective either way evicts only a lower "
+          "class, and only a victim that keeps its own objective") {
+  auto late = goodput_case(30, 1e9); // misses it even with the 40 ms eviction
+  CHECK_FALSE(preemption_pays(late));
+  late.waiter_outranks = true;
+  CHECK(preemption_pays(late));
+  auto late_tight = goodput_case(-5, 1039); // the victim would stall past its slack
+  late_tight.waiter_outranks = true;
+  CHECK_FALSE(preemption_pays(late_tight));
+  auto anyway = goodput_case(1000, 1e9); // meets it by waiting: nothing to gain
+  anyway.waiter_outranks = true;
+  CHECK_FALSE(preemption_pays(anyway));
+}
+
 TEST_CASE("preemption_rule: restoring the spare for no waiter is vetoed only by the victim's "
           "end, whatever its slack") {
   preemption_case c{40, 500, 900, preemption_case::unknown};
