@@ -276,7 +276,8 @@ TEST_CASE("model lifecycle: after kvlane unload and load the next turn reuses th
   });
   CHECK(reloaded == warm);
   CHECK(reloaded > 80);
-  for (const auto& m : d.status()["models"])
+  const auto st = d.status(); // a range-for over a member of a temporary would outlive it
+  for (const auto& m : st["models"])
     if (m["name"] == "a") {
       CHECK(m["reuse"]["hits_load"] == 1); // from the store: the model's slots were new
       CHECK(m["reuse"]["hits_warm"] == 0);
