@@ -12,6 +12,12 @@
 //  - single events at N live sequences: a submit, a step's end (its rows
 //    charged, waiting sequences aged) and a cancel in turn, each followed by
 //    its own round (the queue stays at N).
+// Goodput's demotion runs as in the actor (docs/scheduling.md "Demotion"):
+// every waiting sequence is watched in a demotion queue until its first
+// token, checked once when its slack would run out, then demoted (one
+// re-key) or watched again. The clock is simulated: --event-ms per event,
+// and the sequences filled before the timed events arrived over the
+// preceding --spread-ms, so interactive ones run out of slack during the run.
 // The last line compares the largest size with the smallest against the
 // goal (docs/benchmarks.md): per event within 2x, for both.
 //
@@ -19,12 +25,14 @@
 //
 //   kvlane-schedbench [--sizes 100,1000,10000] [--events 3000] [--repeat 3] [--slots 16]
 //                     [--clients 50] [--quantum 64] [--aging 2048]
+//                     [--event-ms 1] [--spread-ms 4000]
 //
 // --quantum and --aging set the [scheduler] knobs quantum_steps and
 // aging_steps (default: the daemon's defaults). With a short aging period
 // most waiting sequences return to level 0 during the run, each a re-key.
 
 #include "actors/aging_queue.hpp"
+#include "actors/demotion_queue.hpp"
 #include "actors/mlfq_policy.hpp"
 #include "actors/policy.hpp"
 #include "actors/rank_index.hpp"
@@ -56,7 +64,12 @@ struct options {
   std::uint32_t clients = 50;
   /// The daemon's default [scheduler] knobs (etc/kvlane.toml) unless set.
   scheduler_policy knobs{};
+  std::size_t event_ms = 1;     ///< simulated time per event
+  std::size_t spread_ms = 4000; ///< the prefilled queue's arrivals span this much before 0
+  slo_targets slo{};            ///< the daemon's default [scheduler.slo]
 };
+
+using sim_clock = demotion_queue::time_point;
 
 struct live_sequence {
   seq_id id = 0;
@@ -66,6 +79,8 @@ struct live_sequence {
   std::optional<slot_id> slot;
   std::uint32_t kv_len = 0;
   std::uint32_t length = 0;
+  sim_clock arrived{};
+  bool first_token = false;
 };
 
 /// One model's sequences and slots, driven like the scheduler actor drives
@@ -73,19 +88,23 @@ struct live_sequence {
 class model {
 public:
   model(const options& opt)
-    : knobs_(opt.knobs), policy_({rank_order::mlfq, false, prefill_chunk},
+    : knobs_(opt.knobs), slo_(opt.slo), policy_({rank_order::mlfq, false, prefill_chunk},
                                 {knobs_.quantum_steps, knobs_.levels, knobs_.aging_steps}),
       ranks_(rank_order::mlfq), owners_(opt.slots), clients_(opt.clients) {}
+
+  void set_now(sim_clock now) noexcept { now_ = now; }
 
   void submit() {
     live_sequence s;
     s.id = next_id_++;
+    s.arrived = now_;
     s.client = "client-" + std::to_string(s.id % clients_);
     auto cls = s.id % 4 == 0 ? priority_class::interactive : priority_class::batch;
     s.length = 20 + static_cast<std::uint32_t>(s.id * 37 % 400);
     s.position = policy_.enter(cls, s.length);
     ranks_.insert(s.id, s.position, s.client);
     aging_.enter(s.id, s.position.level > 0);
+    demotions_.watch(s.id, s.arrived); // checked at once, as the actor does at submit
     index_[s.id] = seqs_.size();
     seqs_.push_back(std::move(s));
   }
@@ -97,6 +116,7 @@ public:
         continue;
       ranks_.erase(seqs_[i].id);
       aging_.leave(seqs_[i].id);
+      demotions_.forget(seqs_[i].id);
       index_.erase(seqs_[i].id);
       if (i + 1 != seqs_.size()) {
         seqs_[i] = std::move(seqs_.back());
@@ -116,11 +136,15 @@ public:
         continue;
       auto& s = find(*owner);
       s.kv_len = std::min(s.kv_len + prefill_chunk, s.length);
+      if (s.kv_len == s.length && !s.first_token) {
+        s.first_token = true; // a sequence with its first token is never demoted
+        demotions_.forget(s.id);
+      }
       const auto before = s.position;
       policy_.charge_step(s.position);
       if (s.position.level != before.level || s.position.turn != before.turn) {
         ranks_.update(s.id, s.position);
-        aging_.set_above_top(s.id, s.position.level > 0);
+        aging_.set_above_top(s.id, s.position.level > 0 || s.position.demoted);
       }
       residents.push_back(s.id);
     }
@@ -134,6 +158,7 @@ public:
   /// The round the actor runs after an event. Returns the rows composed, so
   /// the work cannot be optimized away.
   std::size_t decide() {
+    demote_hopeless();
     const auto target = plan_target_size(owners_.size(), knobs_.spare_slots, true);
     auto order = ranks_.best(target);
     std::vector<seq_id> others;
@@ -177,6 +202,7 @@ public:
   }
 
   std::size_t size() const noexcept { return seqs_.size(); }
+  std::uint64_t demoted() const noexcept { return demoted_; }
 
 private:
   class actions final : public slot_actions {
@@ -202,13 +228,41 @@ private:
 
   live_sequence& find(seq_id id) { return seqs_[index_.at(id)]; }
 
+  /// The actor's demotion pass (actors/plan_candidates demote_hopeless): the
+  /// due sequences are judged with their slack (here the objective less the
+  /// wait and a prefill of 0.05 ms per token) and demoted or watched again.
+  void demote_hopeless() {
+    for (auto id : demotions_.due(now_)) {
+      auto& s = find(id);
+      if (s.first_token || s.position.demoted)
+        continue;
+      const double waited = std::chrono::duration<double, std::milli>(now_ - s.arrived).count();
+      const double ttft = slo_.of(s.position.cls).ttft_ms;
+      const double slack = ttft - waited - 0.05 * s.length;
+      const auto v = judge_demotion(slack, waited, ttft);
+      if (v.demote) {
+        s.position.demoted = true;
+        ranks_.update(id, s.position);
+        aging_.set_above_top(id, true);
+        ++demoted_;
+      } else {
+        demotions_.watch(id, now_ + std::chrono::duration_cast<sim_clock::duration>(
+                                      std::chrono::duration<double, std::milli>(v.recheck_in_ms)));
+      }
+    }
+  }
+
   static constexpr std::uint32_t prefill_chunk = 32;
 
   scheduler_policy knobs_;
+  slo_targets slo_;
 
   mlfq_policy policy_;
   rank_index ranks_;
   aging_queue aging_;
+  demotion_queue demotions_;
+  sim_clock now_{};
+  std::uint64_t demoted_ = 0;
   std::vector<live_sequence> seqs_;
   std::unordered_map<seq_id, std::size_t> index_;
   std::vector<std::optional<seq_id>> owners_;
@@ -244,7 +298,8 @@ std::optional<std::uint64_t> parse_count(std::string_view text) {
 int usage(std::string_view why) {
   fmt::print(stderr,
              "kvlane-schedbench: {}\nusage: kvlane-schedbench [--sizes N,N,...] [--events N] "
-             "[--repeat N] [--slots N] [--clients N] [--quantum N] [--aging N]\n",
+             "[--repeat N] [--slots N] [--clients N] [--quantum N] [--aging N] "
+             "[--event-ms N] [--spread-ms N]\n",
              why);
   return 2;
 }
@@ -279,6 +334,10 @@ int main(int argc, char** argv) {
       opt.knobs.quantum_steps = static_cast<std::uint32_t>(*n);
     } else if (arg == "--aging") {
       opt.knobs.aging_steps = static_cast<std::uint32_t>(*n);
+    } else if (arg == "--event-ms") {
+      opt.event_ms = *n;
+    } else if (arg == "--spread-ms") {
+      opt.spread_ms = *n;
     } else {
       return usage(fmt::format("unknown option {}", arg));
     }
@@ -315,18 +374,29 @@ int main(int argc, char** argv) {
 
   fmt::print("\nsingle events at N live sequences, one round each (a submit, a step's end, "
              "a cancel in turn)\n");
-  fmt::print("{:>10} {:>14} {:>12}\n", "live seqs", "us per event", "vs first");
+  fmt::print("{:>10} {:>14} {:>12} {:>10}\n", "live seqs", "us per event", "vs first", "demoted");
   first = 0;
   double single_ratio = 0;
+  const auto at_ms = [](double ms) {
+    return sim_clock{} + std::chrono::duration_cast<sim_clock::duration>(
+                           std::chrono::duration<double, std::milli>(ms));
+  };
   for (auto n : opt.sizes) {
     double us = 0;
+    std::uint64_t demoted = 0;
     for (std::size_t r = 0; r < opt.repeat; ++r) {
       model m{opt};
-      while (m.size() < n)
+      // The queue arrived over the spread before the timed events start at `spread`.
+      while (m.size() < n) {
+        m.set_now(at_ms(double(opt.spread_ms) * double(m.size()) / double(n)));
         m.submit();
-      sink += m.decide(); // settle the slots before timing
+      }
+      m.set_now(at_ms(double(opt.spread_ms)));
+      sink += m.decide(); // settle the slots and the first demotion checks before timing
+      const auto settled = m.demoted();
       auto start = clock::now();
       for (std::size_t e = 0; e < opt.events; ++e) {
+        m.set_now(at_ms(double(opt.spread_ms + e * opt.event_ms)));
         switch (e % 3) {
           case 0: m.submit(); break;
           case 1: m.end_step(); break;
@@ -336,10 +406,11 @@ int main(int argc, char** argv) {
       }
       auto run = us_since(start, opt.events);
       us = r == 0 ? run : std::min(us, run);
+      demoted = m.demoted() - settled;
     }
     if (first == 0)
       first = us;
-    fmt::print("{:>10} {:>14.2f} {:>11.1f}x\n", n, us, us / first);
+    fmt::print("{:>10} {:>14.2f} {:>11.1f}x {:>10}\n", n, us, us / first, demoted);
     single_ratio = us / first;
   }
 
