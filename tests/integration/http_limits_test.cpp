@@ -133,8 +133,8 @@ int status_once_released(std::uint16_t port, const char* source) {
 
 TEST_CASE("http limits: a request whose headers stall is closed by the server after header_timeout_ms") {
   http_fixture d;
+  const auto sent = steady::now(); // before the connect: no server clock starts earlier
   client slow{d.port};
-  const auto sent = steady::now();
   REQUIRE(slow.send("GET /health HTTP/1.1\r\nHost: localhost\r\n")); // never finishes its headers
   std::string got;
   // The bound: 20 header timeouts. A server that never closes fails with timed_out.
@@ -154,8 +154,9 @@ TEST_CASE("http limits: a keep-alive connection with no request in flight is clo
   CHECK(steady::now() - asked >= idle_timeout);
   CHECK(more.empty());
 
-  client silent{d.port}; // never sends a byte
+  // Before the connect: the server's idle clock cannot start earlier than this.
   const auto opened = steady::now();
+  client silent{d.port}; // never sends a byte
   CHECK(silent.read_to_close(more, 20 * idle_timeout) == ending::closed);
   CHECK(steady::now() - opened >= idle_timeout);
 }
