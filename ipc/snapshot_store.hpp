@@ -438,6 +438,17 @@ private:
   void claim_disk_locked(std::uint32_t model_index, std::string_view model,
                          const kv_fingerprint& loaded);
   disk_entry disk_entry_locked(const entry& e) const;
+  /// The fingerprint model `model_index` was registered with; null when the
+  /// model is unknown or has none (then nothing is claimed for it).
+  const kv_fingerprint* loaded_fingerprint_locked(std::uint32_t model_index) const;
+  /// Takes back a sealed retained snapshot an earlier daemon left (in the
+  /// arena at `x`, or on disk only: state on_disk, an empty extent) as model
+  /// `model_index`'s, claimed for it (take_restored). Returns its index.
+  std::uint32_t adopt_locked(std::uint32_t model_index, std::uint32_t cache_len,
+                             snapshot_label label, std::uint64_t seed, std::uint64_t checksum,
+                             std::uint64_t length, extent x, entry_state state);
+  /// Charges a new entry's extent to the store's and its model's usage.
+  void charge_locked(const entry& e, model_account& account);
 
   mutable std::mutex mutex_;
   memfd_arena arena_;

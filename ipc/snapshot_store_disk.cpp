@@ -6,19 +6,15 @@
 #include "ipc/snapshot_store.hpp"
 
 #include "common/logging.hpp"
+#include "ipc/snapshot_store_detail.hpp"
 
 #include <string>
 #include <utility>
 
 namespace kvlane::ipc {
 
-namespace {
-
-unexpected<store_error> fail(store_errc code, std::string message) {
-  return unexpected(store_error{code, std::move(message)});
-}
-
-} // namespace
+using store_detail::fail;
+using store_detail::stale;
 
 std::string_view to_string(snapshot_tier t) noexcept {
   switch (t) {
@@ -44,7 +40,7 @@ expected<snapshot_tier, store_error> snapshot_store::tier(snapshot_handle h) con
   std::lock_guard lock(mutex_);
   const entry* e = find_locked(h);
   if (e == nullptr)
-    return fail(store_errc::stale, "snapshot " + to_string(h) + " is stale (freed or evicted)");
+    return stale(h);
   if (e->state == entry_state::on_disk)
     return snapshot_tier::disk;
   return e->disk_id != 0 ? snapshot_tier::both : snapshot_tier::memory;
@@ -67,7 +63,7 @@ expected<write_back, store_error> snapshot_store::begin_write_back(snapshot_hand
   std::lock_guard lock(mutex_);
   entry* e = find_locked(h);
   if (e == nullptr)
-    return fail(store_errc::stale, "snapshot " + to_string(h) + " is stale (freed or evicted)");
+    return stale(h);
   if (e->state != entry_state::sealed || !e->meta.retained || !e->label)
     return fail(store_errc::invalid_argument,
                 "snapshot " + to_string(h) + " is not a sealed retained snapshot in memory");
@@ -150,7 +146,7 @@ expected<bool, store_error> snapshot_store::fetch_from_disk(snapshot_handle h) {
     std::lock_guard lock(mutex_);
     entry* e = find_locked(h);
     if (e == nullptr)
-      return fail(store_errc::stale, "snapshot " + to_string(h) + " is stale (freed or evicted)");
+      return stale(h);
     if (e->state != entry_state::on_disk)
       return false;
     if (!disk_)
@@ -204,7 +200,7 @@ expected<bool, store_error> snapshot_store::fetch_from_disk(snapshot_handle h) {
   if (!installed) {
     (void)free(r->handle); // freed meanwhile, or another load read it back first
     if (gone)
-      return fail(store_errc::stale, "snapshot " + to_string(h) + " is stale (freed or evicted)");
+      return stale(h);
   }
   return installed;
 }
@@ -235,30 +231,9 @@ void snapshot_store::claim_disk_locked(std::uint32_t model_index, std::string_vi
       }
     if (linked)
       continue;
-    const std::uint32_t index = new_entry_locked();
-    entry& e = entries_[index];
-    e.meta = snapshot_meta{};
-    e.meta.model_index = model_index;
-    e.meta.cache_len = d.cache_len;
-    e.meta.generation = 1;
-    e.meta.retained = true;
-    e.label = std::make_shared<const snapshot_label>(std::move(d.label));
-    e.seed = d.seed;
-    e.checksum = d.checksum;
-    e.offset = 0;
-    e.size = 0;
-    e.length = d.length;
-    e.pins = 0;
-    e.readers = 0;
-    e.state = entry_state::on_disk;
-    e.doomed = false;
-    e.committed = false;
-    e.cold.clear();
-    e.disk_id = d.id;
-    touch_locked(e);
-    ++restored_;
-    claimed_[model_index].push_back(
-      restored_snapshot{snapshot_handle{index, e.generation}, e.label, e.meta.cache_len});
+    const auto index = adopt_locked(model_index, d.cache_len, std::move(d.label), d.seed,
+                                    d.checksum, d.length, extent{}, entry_state::on_disk);
+    entries_[index].disk_id = d.id;
   }
   disk_pending_ = std::move(others);
   // Snapshots taken back from the arena without a copy on disk get one.

@@ -16,10 +16,9 @@ std::size_t snapshot_store::reclaim_unloaded(std::uint32_t model_index, std::str
   std::size_t taken = 0;
   {
     std::lock_guard lock(mutex_);
-    const auto account = models_.find(model_index);
-    if (account == models_.end() || !account->second.fingerprint)
+    const kv_fingerprint* loaded = loaded_fingerprint_locked(model_index);
+    if (loaded == nullptr)
       return 0;
-    const kv_fingerprint& loaded = *account->second.fingerprint;
     auto& out = claimed_[model_index];
     for (std::uint32_t index = 0; index < entries_.size(); ++index) {
       entry& e = entries_[index];
@@ -38,7 +37,7 @@ std::size_t snapshot_store::reclaim_unloaded(std::uint32_t model_index, std::str
       if (!e.label->model.empty() && e.label->model != model)
         why = discard_reason::unknown_model;
       else
-        why = fingerprint_mismatch(e.label->fingerprint, loaded);
+        why = fingerprint_mismatch(e.label->fingerprint, *loaded);
       if (why) {
         ++discarded_[static_cast<std::size_t>(*why)];
         if (e.pins > 0 || e.readers > 0)

@@ -4,19 +4,15 @@
 
 #include "ipc/snapshot_store.hpp"
 
+#include "ipc/snapshot_store_detail.hpp"
+
 #include <algorithm>
 #include <string>
 #include <utility>
 
 namespace kvlane::ipc {
 
-namespace {
-
-unexpected<store_error> fail(store_errc code, std::string message) {
-  return unexpected(store_error{code, std::move(message)});
-}
-
-} // namespace
+using store_detail::fail;
 
 expected<index_contents, store_error> snapshot_store::snapshot_index() const {
   auto inode = arena_.inode();
@@ -91,62 +87,73 @@ std::size_t snapshot_store::claim(std::uint32_t model_index, std::string_view mo
   std::size_t taken = 0;
   {
     std::lock_guard lock(mutex_);
-    const auto account = models_.find(model_index);
-    if (account == models_.end() || !account->second.fingerprint)
+    const kv_fingerprint* loaded = loaded_fingerprint_locked(model_index);
+    if (loaded == nullptr)
       return 0;
-    const kv_fingerprint& loaded = *account->second.fingerprint;
+    model_account& account = models_.at(model_index);
     std::vector<index_record> others;
     for (auto& r : pending_) {
       if (r.label.model != model) {
         others.push_back(std::move(r));
         continue;
       }
-      if (const auto why = fingerprint_mismatch(r.label.fingerprint, loaded)) {
+      if (const auto why = fingerprint_mismatch(r.label.fingerprint, *loaded)) {
         ++discarded_[static_cast<std::size_t>(*why)];
         recycle_locked(extent{r.offset, r.size}, r.size, punch);
         continue;
       }
-      const std::uint32_t index = new_entry_locked();
-      entry& e = entries_[index];
-      e.meta = snapshot_meta{};
-      e.meta.model_index = model_index;
-      e.meta.cache_len = r.cache_len;
-      e.meta.generation = 1;
-      e.meta.retained = true;
-      e.label = std::make_shared<const snapshot_label>(std::move(r.label));
-      e.seed = r.seed;
-      e.checksum = r.checksum;
-      e.offset = r.offset;
-      e.size = r.size;
-      e.length = r.length;
-      e.pins = 0;
-      e.readers = 0;
-      e.state = entry_state::sealed;
-      e.doomed = false;
-      e.committed = false; // what its writer wrote is committed (committed_prefix)
-      e.cold.clear();
-      touch_locked(e);
-      used_ += e.size;
-      ++snapshots_;
-      retained_used_ += e.size;
-      ++retained_snapshots_;
-      peak_used_ = std::max(peak_used_, used_);
-      peak_snapshots_ = std::max(peak_snapshots_, snapshots_);
-      peak_retained_ = std::max(peak_retained_, retained_used_);
-      account->second.used += e.size;
-      ++account->second.snapshots;
-      ++restored_;
-      claimed_[model_index].push_back(
-        restored_snapshot{snapshot_handle{index, e.generation}, e.label, e.meta.cache_len});
+      const auto index = adopt_locked(model_index, r.cache_len, std::move(r.label), r.seed,
+                                      r.checksum, r.length, extent{r.offset, r.size},
+                                      entry_state::sealed);
+      charge_locked(entries_[index], account);
       ++taken;
     }
     pending_ = std::move(others);
     const std::size_t before = claimed_[model_index].size();
-    claim_disk_locked(model_index, model, loaded);
+    claim_disk_locked(model_index, model, *loaded);
     taken += claimed_[model_index].size() - before;
   }
   release_unlocked(punch);
   return taken;
+}
+
+const kv_fingerprint*
+snapshot_store::loaded_fingerprint_locked(std::uint32_t model_index) const {
+  const auto account = models_.find(model_index);
+  if (account == models_.end() || !account->second.fingerprint)
+    return nullptr;
+  return &*account->second.fingerprint;
+}
+
+std::uint32_t snapshot_store::adopt_locked(std::uint32_t model_index, std::uint32_t cache_len,
+                                           snapshot_label label, std::uint64_t seed,
+                                           std::uint64_t checksum, std::uint64_t length,
+                                           extent x, entry_state state) {
+  const std::uint32_t index = new_entry_locked();
+  entry& e = entries_[index];
+  e.meta = snapshot_meta{};
+  e.meta.model_index = model_index;
+  e.meta.cache_len = cache_len;
+  e.meta.generation = 1;
+  e.meta.retained = true;
+  e.label = std::make_shared<const snapshot_label>(std::move(label));
+  e.seed = seed;
+  e.checksum = checksum;
+  e.offset = x.offset;
+  e.size = x.size;
+  e.length = length;
+  e.pins = 0;
+  e.readers = 0;
+  e.state = state;
+  e.doomed = false;
+  e.committed = false; // what its writer wrote is committed (committed_prefix)
+  e.cold.clear();
+  e.disk_id = 0;
+  touch_locked(e);
+  ++restored_;
+  claimed_[model_index].push_back(
+    restored_snapshot{snapshot_handle{index, e.generation}, e.label, e.meta.cache_len});
+  return index;
 }
 
 std::size_t snapshot_store::discard_unclaimed() {
