@@ -19,6 +19,7 @@ struct lane_state {
   std::shared_ptr<backends::backend> backend;
   std::shared_ptr<ipc::snapshot_store> store;
   std::shared_ptr<lane_heartbeat> heartbeat;
+  std::shared_ptr<device_gate> gate;
 };
 
 // Marks the lane busy for the lifetime of one backend call.
@@ -86,15 +87,21 @@ transfer_done_ptr run_load(lane_state& st, const transfer_job_ptr& job) {
 lane_actor::behavior_type lane_behavior(lane_impl self, std::string name,
                                         std::shared_ptr<backends::backend> backend,
                                         std::shared_ptr<ipc::snapshot_store> store,
-                                        std::shared_ptr<lane_heartbeat> heartbeat) {
+                                        std::shared_ptr<lane_heartbeat> heartbeat,
+                                        std::shared_ptr<device_gate> gate) {
   self->state.lane_name = std::move(name);
   self->state.backend = std::move(backend);
   self->state.store = std::move(store);
   self->state.heartbeat = std::move(heartbeat);
+  self->state.gate = std::move(gate);
   self->set_exception_handler(
     log_and_stop("scheduler", spdlog::level::critical, "lane " + self->state.lane_name));
   return {
+    // The device gate is held for the whole call (a transfer's store work
+    // included) and released before the reply goes out; the call's start,
+    // and its busy mark, come after the wait.
     [self](step_atom, step_plan_ptr plan) -> step_done_ptr {
+      const auto turn = self->state.gate->enter(self->state.heartbeat->device_wait);
       busy_mark busy{*self->state.heartbeat};
       auto done = std::make_shared<step_done>();
       done->start = clock::now();
@@ -106,6 +113,7 @@ lane_actor::behavior_type lane_behavior(lane_impl self, std::string name,
       return done;
     },
     [self](transfer_atom, transfer_job_ptr job) -> transfer_done_ptr {
+      const auto turn = self->state.gate->enter(self->state.heartbeat->device_wait);
       busy_mark busy{*self->state.heartbeat};
       return job->kind == transfer_kind::dump ? run_dump(self->state, job)
                                               : run_load(self->state, job);
@@ -118,9 +126,10 @@ lane_actor::behavior_type lane_behavior(lane_impl self, std::string name,
 lane_actor spawn_lane(caf::actor_system& sys, std::string name,
                       std::shared_ptr<backends::backend> backend,
                       std::shared_ptr<ipc::snapshot_store> store,
-                      std::shared_ptr<lane_heartbeat> heartbeat) {
+                      std::shared_ptr<lane_heartbeat> heartbeat,
+                      std::shared_ptr<device_gate> gate) {
   return sys.spawn<caf::detached>(lane_behavior, std::move(name), std::move(backend),
-                                  std::move(store), std::move(heartbeat));
+                                  std::move(store), std::move(heartbeat), std::move(gate));
 }
 
 } // namespace kvlane::actors

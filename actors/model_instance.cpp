@@ -20,7 +20,7 @@ load_model_instance(const instance_context& ctx, const engine_config& cfg, std::
     backend_cfg.sim.dump_min_ms = backend_cfg.sim.dump_max_ms = 0;
     backend_cfg.sim.load_min_ms = backend_cfg.sim.load_max_ms = 0;
   }
-  auto b = backends::make_backend(m.name, backend_cfg);
+  auto b = ctx.make_backend(m.name, backend_cfg);
   if (!b)
     return unexpected(fmt::format("model '{}': backend '{}' failed to load: {} ({})", m.name,
                                   m.backend.kind, b.error().message,
@@ -54,8 +54,10 @@ load_model_instance(const instance_context& ctx, const engine_config& cfg, std::
   setup.observer = ctx.observer;
   e->compute_heartbeat = std::make_shared<lane_heartbeat>();
   e->transfer_heartbeat = std::make_shared<lane_heartbeat>();
+  e->device = ctx.devices->get(backends::device_of(m.backend));
   setup.compute_heartbeat = e->compute_heartbeat;
   setup.transfer_heartbeat = e->transfer_heartbeat;
+  setup.device = e->device;
   e->scheduler = spawn_scheduler(*ctx.sys, std::move(setup));
   e->health = std::make_shared<model_health>();
   e->grammar = std::make_shared<model_grammar>(
@@ -71,10 +73,10 @@ load_model_instance(const instance_context& ctx, const engine_config& cfg, std::
     std::chrono::steady_clock::now() - started);
   logging::get("backend")->info(
     "model '{}' loaded on backend '{}': {} slots, max context {}, prefill chunk {}, "
-    "vocab {}, snapshot {} MiB ({}), transfer overlaps compute: {}; took {} ms",
+    "vocab {}, snapshot {} MiB ({}), transfer overlaps compute: {}, device '{}'; took {} ms",
     m.name, m.backend.kind, info.slots, info.max_context, info.max_prefill_chunk,
     info.vocab_size, info.snapshot_bytes >> 20, backends::to_string(info.caps.extent),
-    info.caps.transfer_overlaps_compute ? "yes" : "no", e->load_time.count());
+    info.caps.transfer_overlaps_compute ? "yes" : "no", e->device->name, e->load_time.count());
   return e;
 }
 

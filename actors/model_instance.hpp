@@ -16,12 +16,19 @@
 // loads for seconds; the stop waits for the scheduler's replies): call them on
 // the engine's owner thread or the model registry's worker, never on an actor.
 // A model_entry is immutable once built; holders share it by shared_ptr.
+//
+// Devices: an instance_context holds the engine's device_registry, so every
+// model loaded through it whose device (backends::device_of) has the same
+// name gets the same shared_device, and its lanes take turns with theirs
+// (docs/architecture.md, "Models sharing a device").
 
 #include "actors/engine_config.hpp"
+#include "actors/device_gate.hpp"
 #include "actors/engine_monitor.hpp"
 #include "actors/grammar_vocabulary.hpp"
 #include "actors/model_health.hpp"
 #include "actors/scheduler.hpp"
+#include "backends/factory.hpp"
 #include "common/expected.hpp"
 
 #include <caf/actor.hpp>
@@ -29,6 +36,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -44,6 +52,9 @@ struct model_entry {
   caf::actor monitor; ///< engine_monitor watching this instance's scheduler
   std::shared_ptr<lane_heartbeat> compute_heartbeat;
   std::shared_ptr<lane_heartbeat> transfer_heartbeat;
+  /// The device it runs on, with the gates its lanes pass (shared with every
+  /// loaded model on the same device).
+  std::shared_ptr<shared_device> device;
   std::shared_ptr<model_health> health; ///< failed or serving, and the latest figures
   /// Its grammar vocabulary (built on the first constrained request) and mask caches.
   std::shared_ptr<model_grammar> grammar;
@@ -62,6 +73,12 @@ struct instance_context {
   std::chrono::milliseconds stats_refresh{100};
   std::filesystem::path hash_cache; ///< model files' content hashes (actors/model_fingerprint)
   bool free_transfers = false;      ///< scheduler mode free-transfer: sim transfer times zeroed
+  /// The devices of the engine's models: one per engine, shared by every load.
+  std::shared_ptr<device_registry> devices = std::make_shared<device_registry>();
+  /// Creates a model's backend (a seam for tests that wrap the backend).
+  std::function<expected<std::unique_ptr<backends::backend>, backends::backend_error>(
+    std::string, const backends::backend_config&)>
+    make_backend = backends::make_backend;
 };
 
 /// Creates model `index` of `cfg` (its backend, fingerprint, scheduler and

@@ -531,9 +531,11 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
                  "using serialized switches with 4x longer quanta below level 0",
                  setup.model);
   st.compute = spawn_lane(self->system(), setup.model + "/compute", setup.backend, setup.store,
-                          setup.compute_heartbeat);
+                          setup.compute_heartbeat,
+                          std::shared_ptr<device_gate>{setup.device, &setup.device->compute});
   st.transfer = spawn_lane(self->system(), setup.model + "/transfer", setup.backend, setup.store,
-                           setup.transfer_heartbeat);
+                           setup.transfer_heartbeat,
+                           std::shared_ptr<device_gate>{setup.device, &setup.device->transfer});
   self->link_to(st.compute);
   self->link_to(st.transfer);
   st.setup = std::move(setup);

@@ -60,6 +60,7 @@ struct scheduler_setup {
   scheduler_observer observer; ///< optional
   std::shared_ptr<lane_heartbeat> compute_heartbeat;  ///< required
   std::shared_ptr<lane_heartbeat> transfer_heartbeat; ///< required
+  std::shared_ptr<shared_device> device; ///< required: the gates its lanes pass (actors/device_gate)
 };
 
 using scheduler_stats_ptr = std::shared_ptr<const scheduler_stats>;

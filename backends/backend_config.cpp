@@ -10,7 +10,8 @@ namespace {
 using namespace config_reader;
 
 constexpr std::array<std::string_view, 3> kinds{"sim", "qbruntime", "llamacpp"};
-constexpr std::array<std::string_view, 4> model_keys{"backend", "sim", "qbruntime", "llamacpp"};
+constexpr std::array<std::string_view, 5> model_keys{"backend", "device", "sim", "qbruntime",
+                                                     "llamacpp"};
 
 } // namespace
 
@@ -20,6 +21,26 @@ std::span<const std::string_view> backend_kinds() noexcept {
 
 std::span<const std::string_view> backend_model_keys() noexcept {
   return model_keys;
+}
+
+std::string device_of(const backend_config& cfg) {
+  if (!cfg.device.empty())
+    return cfg.device;
+  if (cfg.kind == "qbruntime")
+    return fmt::format("aries:{}", cfg.qbruntime.dev_no);
+  if (cfg.kind == "llamacpp")
+    return cfg.llamacpp.gpu_layers > 0 ? "gpu:0" : "cpu";
+  return cfg.kind; // "sim": one simulated NPU for every simulated model
+}
+
+bool valid_device_name(std::string_view name) noexcept {
+  constexpr std::size_t max_length = 64;
+  if (name.empty() || name.size() > max_length)
+    return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.'
+           || c == '_' || c == '-' || c == ':' || c == '/';
+  });
 }
 
 status parse_backend_config(const reporter& r, const section& model, backend_config& out) {
@@ -32,6 +53,12 @@ status parse_backend_config(const reporter& r, const section& model, backend_con
       model.key("backend"), model.line("backend"),
       fmt::format("unknown backend {} (known backends: {})", quoted(out.kind), known)));
   }
+  KVLANE_CONFIG_TRY(read_string(r, model, "device", out.device));
+  if (model.find("device") != nullptr && !valid_device_name(out.device))
+    return unexpected(r.bad_value(
+      model.key("device"), model.line("device"),
+      fmt::format("must be 1 to 64 characters from A-Z a-z 0-9 . _ - : / (got {})",
+                  quoted(out.device))));
   // A table for another kind is a mistake worth naming: its keys would be ignored.
   for (auto kind : kinds) {
     if (kind != out.kind && model.find(kind) != nullptr)

@@ -22,6 +22,9 @@ namespace kvlane::backends {
 
 struct backend_config {
   std::string kind = "sim"; ///< `backend` key of [[model]]
+  /// `device` key of [[model]]: the device the model runs on, shared with every
+  /// other model naming the same one; empty: the kind's default (device_of).
+  std::string device;
   sim_options sim;          ///< [model.sim]; read only when kind == "sim"
   qbruntime_options qbruntime; ///< [model.qbruntime]; read only when kind == "qbruntime"
   llamacpp_options llamacpp;   ///< [model.llamacpp]; read only when kind == "llamacpp"
@@ -37,7 +40,16 @@ std::span<const std::string_view> backend_kinds() noexcept;
 /// kind's sub-table name. The daemon accepts them beside its own keys.
 std::span<const std::string_view> backend_model_keys() noexcept;
 
-/// Reads `backend` and the chosen kind's sub-table from one [[model]] table.
+/// The device a model with `cfg` runs on: its `device` key, else its kind's
+/// default — "sim" (every simulated model on one simulated NPU), "aries:<dev_no>"
+/// (qbruntime), "gpu:0" for a llamacpp model offloading layers (ggml's main GPU),
+/// else "cpu". Models on one device take turns on it (actors/device_gate).
+std::string device_of(const backend_config& cfg);
+
+/// A device name: 1 to 64 characters from A-Z a-z 0-9 . _ - : /
+bool valid_device_name(std::string_view name) noexcept;
+
+/// Reads `backend`, `device` and the chosen kind's sub-table from one [[model]] table.
 /// Unknown kinds, and a sub-table of a kind other than the chosen one, are
 /// errors naming the key.
 config_reader::status parse_backend_config(const config_reader::reporter& r,

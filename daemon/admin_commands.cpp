@@ -99,15 +99,27 @@ json reuse_of(const actors::scheduler_stats& st) {
             {"admin", st.retained_admin_dropped}}}};
 }
 
-/// How the model's device behaves (docs/scheduling.md, "Failures").
-json device_json(const actors::scheduler_stats& st) {
-  return {{"state", actors::to_string(st.device)},
-          {"backoff_ms", st.device_backoff_ms},
-          {"step_failures", st.step_failures},
-          {"step_retries", st.faults.step_retries},
-          {"isolated_rows", st.faults.isolated_rows},
-          {"row_faults", st.faults.row_faults},
-          {"backoffs", st.faults.backoffs}};
+/// How the model's device behaves (docs/scheduling.md, "Failures"); for a loaded model also
+/// which device it is and how long its lanes waited for it while other models used it
+/// (docs/architecture.md, "Models sharing a device").
+json device_json(const actors::scheduler_stats& st, const actors::model_entry* m) {
+  json out{{"state", actors::to_string(st.device)},
+           {"backoff_ms", st.device_backoff_ms},
+           {"step_failures", st.step_failures},
+           {"step_retries", st.faults.step_retries},
+           {"isolated_rows", st.faults.isolated_rows},
+           {"row_faults", st.faults.row_faults},
+           {"backoffs", st.faults.backoffs}};
+  if (m != nullptr && m->device) {
+    const auto& compute = m->compute_heartbeat->device_wait;
+    const auto& transfer = m->transfer_heartbeat->device_wait;
+    out["name"] = m->device->name;
+    out["compute_wait_s"] = compute.wait_seconds();
+    out["compute_waits"] = compute.waits.load(std::memory_order_relaxed);
+    out["transfer_wait_s"] = transfer.wait_seconds();
+    out["transfer_waits"] = transfer.waits.load(std::memory_order_relaxed);
+  }
+  return out;
 }
 
 json status(const admin_services& s) {
@@ -131,7 +143,7 @@ json status(const admin_services& s) {
                       {"snapshot_bytes", m ? m->info.snapshot_bytes : 0u},
                       {"state", st.failed_model ? "failed" : "serving"},
                       {"error", st.failure},
-                      {"device", device_json(st)},
+                      {"device", device_json(st, m.get())},
                       {"compute_busy", m && busy(m->compute_heartbeat)},
                       {"transfer_busy", m && busy(m->transfer_heartbeat)},
                       {"slots", st.slots},
@@ -452,7 +464,8 @@ json dispatch(const std::string& cmd, const json& req, const admin_services& s) 
 
 std::string render_metrics(const admin_services& s) {
   return s.registry->render(all_stats(s), s.engine->store_stats(),
-                           s.clients_connected ? s.clients_connected() : 0);
+                           s.clients_connected ? s.clients_connected() : 0,
+                           device_waits_of(s.engine->loaded_models()));
 }
 
 std::string handle_admin_request(std::string_view line, const admin_services& services) {

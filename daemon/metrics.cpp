@@ -142,10 +142,40 @@ void render_device(writer& w, const std::vector<actors::scheduler_stats>& schedu
   }
 }
 
+/// Models sharing a device (docs/architecture.md, "Models sharing a device").
+void render_device_sharing(writer& w, const std::vector<device_wait>& waits) {
+  w.family("kvlane_model_device_info", "gauge",
+           "The device a loaded model runs on (1); models on one device take turns on it.");
+  for (const auto& x : waits)
+    if (x.lane == "compute")
+      w.sample("kvlane_model_device_info",
+               fmt::format("{},device=\"{}\"", model_label(x.model), x.device), 1);
+  w.family("kvlane_device_wait_seconds_total", "counter",
+           "Time a model's lane waited for its device while another model's call held it.");
+  for (const auto& x : waits)
+    w.sample("kvlane_device_wait_seconds_total",
+             fmt::format("{},lane=\"{}\"", model_label(x.model), x.lane), x.seconds);
+}
+
 } // namespace
 
+std::vector<device_wait>
+device_waits_of(const std::vector<std::shared_ptr<const actors::model_entry>>& models) {
+  std::vector<device_wait> out;
+  for (const auto& m : models) {
+    if (!m || !m->device)
+      continue;
+    for (auto [lane, hb] : {std::pair{"compute", m->compute_heartbeat.get()},
+                            std::pair{"transfer", m->transfer_heartbeat.get()}})
+      if (hb != nullptr)
+        out.push_back({m->name, m->device->name, lane, hb->device_wait.wait_seconds()});
+  }
+  return out;
+}
+
 std::string metrics::render(const std::vector<actors::scheduler_stats>& schedulers,
-                            const ipc::store_stats& store, std::uint64_t clients_connected) const {
+                            const ipc::store_stats& store, std::uint64_t clients_connected,
+                            const std::vector<device_wait>& waits) const {
   writer w;
   w.family("kvlane_requests_total", "counter", "Finished requests by outcome.");
   for (auto& m : models_)
@@ -245,6 +275,7 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
   per_scheduler("kvlane_backend_failures_total", "counter", "Failed step, dump and load calls.",
                 [](auto& s) { return s.step_failures + s.dump_failures + s.load_failures; });
   render_device(w, schedulers);
+  render_device_sharing(w, waits);
 
   w.family("kvlane_retained_entries", "gauge",
            "Retained conversation KV entries by where their copy is: warm in a slot or in the store.");

@@ -40,6 +40,19 @@ private:
   std::atomic<std::uint64_t> sum_micros_{0};
 };
 
+/// One lane of a loaded model and what it waited for its device while other
+/// models on the same device used it (docs/architecture.md, "Models sharing a device").
+struct device_wait {
+  std::string model;
+  std::string device;
+  std::string lane; ///< "compute" or "transfer"
+  double seconds = 0;
+};
+
+/// The lanes of every loaded model in `models`, compute then transfer.
+std::vector<device_wait>
+device_waits_of(const std::vector<std::shared_ptr<const actors::model_entry>>& models);
+
 class metrics {
 public:
   /// `http_identities`: the names of the HTTP API's identities (docs/http.md, "Identities"),
@@ -51,7 +64,8 @@ public:
 
   /// The Prometheus text exposition (version 0.0.4) of everything.
   std::string render(const std::vector<actors::scheduler_stats>& schedulers,
-                     const ipc::store_stats& store, std::uint64_t clients_connected) const;
+                     const ipc::store_stats& store, std::uint64_t clients_connected,
+                     const std::vector<device_wait>& waits = {}) const;
 
 private:
   struct per_model {

@@ -89,12 +89,15 @@ public:
     sim.insert("faults", toml::table{{"step", faults(s.step_faults, at + ".sim.faults.step")},
                                      {"dump", faults(s.dump_faults, at + ".sim.faults.dump")},
                                      {"load", faults(s.load_faults, at + ".sim.faults.load")}});
-    return toml::table{
+    toml::table out{
       {"name", m.name},
       {"backend", m.backend.kind},
       {"store_floor_bytes", integer(m.store_floor_bytes, at + ".store_floor_bytes")},
       {"store_cap_bytes", integer(m.store_cap_bytes, at + ".store_cap_bytes")},
       {"sim", std::move(sim)}};
+    if (!m.backend.device.empty()) // empty: the backend's default
+      out.insert("device", m.backend.device);
+    return out;
   }
 
   toml::table store(const actors::store_config& s) {

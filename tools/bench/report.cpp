@@ -3,6 +3,7 @@
 #include "tools/bench/hidden_cost.hpp"
 #include "tools/bench/saturation.hpp"
 #include "tools/bench/stats.hpp"
+#include "tools/bench/store_split.hpp"
 
 #include <fmt/format.h>
 
@@ -523,11 +524,12 @@ std::string format_report(const bench_report& r) {
       std::string names;
       for (auto& m : r.splits.front().models)
         names += (names.empty() ? "" : ", ") + m.figures.policy;
-      text += fmt::format("two models ({}), each the profile's model on its own simulated "
-                          "device, share one {:.0f} MiB store; a conversation goes to model "
-                          "floor(t / {} s) mod 2, t its first request's arrival (simulated)\n\n",
-                          names, static_cast<double>(c.cfg.store.max_bytes) / (1 << 20),
-                          c.burst_s);
+      text += fmt::format("two models ({}), each the profile's model, both on one simulated "
+                          "device ('{}': they take turns on it) and one {:.0f} MiB store; a "
+                          "conversation goes to model floor(t / {} s) mod 2, t its first "
+                          "request's arrival (simulated)\n\n",
+                          names, split_device(c.cfg),
+                          static_cast<double>(c.cfg.store.max_bytes) / (1 << 20), c.burst_s);
       text += format_split(r.splits);
     }
     else

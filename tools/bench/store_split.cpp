@@ -72,6 +72,10 @@ expected<daemon::config, std::string> split_config(const daemon::config& cfg, st
   return out;
 }
 
+std::string split_device(const daemon::config& cfg) {
+  return cfg.models.empty() ? std::string{} : backends::device_of(cfg.models.front().backend);
+}
+
 std::vector<std::uint32_t> assign_in_bursts(std::span<const trace_request> requests,
                                             double burst_s, std::uint32_t models) {
   std::vector<std::uint32_t> out(requests.size(), 0);

@@ -7,7 +7,9 @@
 // the same engine shape. This unit holds the pure parts of that comparison:
 // which variant names what ([[model]] store_floor_bytes/store_cap_bytes),
 // the engine configuration with the profile's model doubled (same backend
-// table, names `<model>-a`, `<model>-b`), and the deterministic assignment of
+// table, so the same device: the two take turns on one simulated NPU as two
+// models on one real NPU would; names `<model>-a`, `<model>-b`), and the
+// deterministic assignment of
 // whole conversations to the models in alternating bursts, so that one model
 // is busy while the other is quiet.
 //
@@ -57,6 +59,10 @@ std::uint64_t static_share_bytes(std::uint64_t max_bytes, std::uint32_t models,
 /// static_share_bytes. Fails when the configuration has no model or the
 /// derived names would not be valid model names.
 expected<daemon::config, std::string> split_config(const daemon::config& cfg, store_split split);
+
+/// The device both models of a split run on (backends::device_of of the
+/// configuration's first model; "sim" for the profile), or "" without a model.
+std::string split_device(const daemon::config& cfg);
 
 /// The model of each request: a conversation goes, whole, to model
 /// floor(t / burst_s) mod `models`, where t is the arrival (simulated

@@ -106,6 +106,10 @@ TEST_CASE("bench store split: static halves give each model floor = cap = half t
   }
   CHECK(floors <= sut->store.max_bytes);
   CHECK(sut->store == profile->store);
+  // Both on the profile's one simulated device: they take turns on it.
+  CHECK(backends::device_of(sut->models[0].backend) == "sim");
+  CHECK(backends::device_of(sut->models[1].backend) == "sim");
+  CHECK(split_device(*sut) == "sim");
 }
 
 TEST_CASE("bench store split: the shared pool keeps the model's own floor and cap") {
