@@ -1,218 +1,69 @@
 // A restart keeps the snapshot store: the test plays systemd's side of the
-// file-descriptor store protocol. It binds the NOTIFY_SOCKET datagram socket,
-// receives the arena and index memfds kvlaned sends with FDSTORE=1 (as
-// SCM_RIGHTS), and starts the next kvlaned with them as LISTEN_FDS,
-// LISTEN_PID (set in the child between fork and exec) and LISTEN_FDNAMES.
+// file-descriptor store protocol (tools/bench/service_host, which the restart
+// benchmark uses too). It binds the NOTIFY_SOCKET datagram socket, receives
+// the arena and index memfds kvlaned sends with FDSTORE=1 (as SCM_RIGHTS),
+// and starts the next kvlaned with them as LISTEN_FDS, LISTEN_PID (set in the
+// child between fork and exec) and LISTEN_FDNAMES.
 // A last test does the same under the real systemd where it is PID 1, and is
 // skipped visibly elsewhere.
 
 #include "tests/integration/http_fixture.hpp"
 #include "tests/support/skip.hpp"
+#include "tools/bench/service_host.hpp"
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <fstream>
-#include <map>
-#include <sstream>
+#include <optional>
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <sys/wait.h>
 
 using namespace kvlane::test::http;
+namespace bench = kvlane::tools::bench;
+using bench::notify_socket;
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-/// systemd's end of NOTIFY_SOCKET: the messages and the fd store.
-class notify_socket {
-public:
-  explicit notify_socket(std::string path) : path_(std::move(path)) {
-    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd_ >= 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    REQUIRE(path_.size() < sizeof a.sun_path);
-    std::memcpy(a.sun_path, path_.data(), path_.size());
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  }
-  ~notify_socket() {
-    for (auto& [name, fd] : store_)
-      ::close(fd);
-    ::close(fd_);
-  }
-  const std::string& path() const { return path_; }
+/// systemd's end of NOTIFY_SOCKET (tools/bench/service_host), bound at `path`.
+notify_socket bind_notify(const std::string& path) {
+  auto n = notify_socket::bind(path);
+  REQUIRE_MESSAGE(n.has_value(), (n ? std::string{} : n.error()));
+  return std::move(*n);
+}
 
-  /// Handles datagrams until one carries `line` (e.g. "READY=1"); false after `timeout`.
-  bool wait_for(std::string_view line, std::chrono::milliseconds timeout) {
-    const auto deadline = clock_type::now() + timeout;
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - clock_type::now());
-      if (left.count() <= 0)
-        return false;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) != 1)
-        return false;
-      if (receive().find(std::string(line) + "\n") != std::string::npos)
-        return true;
-    }
-  }
-
-  /// The stored descriptors, by FDNAME.
-  const std::map<std::string, int>& store() const { return store_; }
-
-private:
-  // One datagram, as systemd's manager reads it: FDSTORE=1 keeps the passed
-  // descriptors under FDNAME (replacing one of the same name here, where
-  // systemd would keep both), FDSTOREREMOVE=1 closes them.
-  std::string receive() {
-    char text[4096];
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
-    iovec iov{text, sizeof text - 1};
-    msghdr m{};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = control;
-    m.msg_controllen = sizeof control;
-    const auto n = ::recvmsg(fd_, &m, MSG_CMSG_CLOEXEC);
-    REQUIRE(n >= 0);
-    std::string body(text, static_cast<std::size_t>(n));
-    body += "\n";
-    std::vector<int> fds;
-    for (auto* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c))
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        const auto count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (std::size_t i = 0; i < count; ++i) {
-          int fd = -1;
-          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-          fds.push_back(fd);
-        }
-      }
-    const auto field = [&](std::string_view key) -> std::string {
-      const auto at = body.find(std::string(key) + "=");
-      if (at == std::string::npos)
-        return {};
-      const auto start = at + key.size() + 1;
-      return body.substr(start, body.find('\n', start) - start);
-    };
-    const auto name = field("FDNAME");
-    if (field("FDSTORE") == "1") {
-      REQUIRE(fds.size() == 1);
-      if (auto it = store_.find(name); it != store_.end())
-        ::close(it->second);
-      store_[name] = fds[0];
-    } else {
-      for (int fd : fds)
-        ::close(fd);
-      if (field("FDSTOREREMOVE") == "1")
-        if (auto it = store_.find(name); it != store_.end()) {
-          ::close(it->second);
-          store_.erase(it);
-        }
-    }
-    return body;
-  }
-
-  std::string path_;
-  int fd_ = -1;
-  std::map<std::string, int> store_;
-};
-
-/// kvlaned started the way systemd starts it: NOTIFY_SOCKET, and the stored
-/// descriptors as 3, 4, ... with LISTEN_FDS, LISTEN_FDNAMES and LISTEN_PID.
+/// kvlaned started the way systemd starts it (tools/bench/service_host):
+/// NOTIFY_SOCKET, and the stored descriptors unless `pass_fds` is false.
 class service {
 public:
   service(const std::string& config, const std::string& log, notify_socket& notify,
-          bool pass_fds = true) {
-    std::vector<int> fds;
-    std::string names;
-    if (pass_fds)
-      for (const auto& [name, fd] : notify.store()) {
-        fds.push_back(fd);
-        names += (names.empty() ? "" : ":") + name;
-      }
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string_view v(*e);
-      if (!v.starts_with("LISTEN_") && !v.starts_with("NOTIFY_SOCKET="))
-        env.emplace_back(v);
-    }
-    env.push_back("NOTIFY_SOCKET=" + notify.path());
-    if (!fds.empty()) {
-      env.push_back("LISTEN_FDS=" + std::to_string(fds.size()));
-      env.push_back("LISTEN_FDNAMES=" + names);
-    }
-    // LISTEN_PID is the child's own pid, known only after fork: its digits are
-    // written into this slot there (no allocation between fork and exec).
-    env.push_back("LISTEN_PID=0000000000");
-    std::vector<char*> envp;
-    for (auto& e : env)
-      envp.push_back(e.data());
-    envp.push_back(nullptr);
-    char* pid_digits = env.back().data() + std::strlen("LISTEN_PID=");
-    std::string path = KVLANED_PATH;
-    std::string flag = "--config";
-    std::string cfg = config;
-    char* argv[] = {path.data(), flag.data(), cfg.data(), nullptr};
-    const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    REQUIRE(out >= 0);
-    started_ = clock_type::now();
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      // Async-signal-safe calls only from here to exec.
-      std::vector<int>::size_type i = 0;
-      int high[8];
-      for (i = 0; i < fds.size() && i < 8; ++i)
-        high[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 100);
-      for (i = 0; i < fds.size() && i < 8; ++i)
-        if (::dup2(high[i], 3 + static_cast<int>(i)) < 0) // dup2 clears FD_CLOEXEC
-          ::_exit(120);
-      ::dup2(out, 1);
-      ::dup2(out, 2);
-      char digits[12];
-      int n = 0;
-      for (pid_t p = ::getpid(); p > 0; p /= 10)
-        digits[n++] = static_cast<char>('0' + p % 10);
-      for (int k = 0; k < 10; ++k)
-        pid_digits[k] = k < n ? digits[n - 1 - k] : '\0';
-      ::execve(argv[0], argv, envp.data());
-      ::_exit(127);
-    }
-    ::close(out);
+          bool pass_fds = true)
+    : notify_(&notify) {
+    auto s = bench::service::start({KVLANED_PATH, config, log, pass_fds}, notify);
+    REQUIRE_MESSAGE(s.has_value(), (s ? std::string{} : s.error()));
+    svc_.emplace(std::move(*s));
   }
-  ~service() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  clock_type::time_point started() const { return started_; }
+  clock_type::time_point started() const { return svc_->started(); }
 
-  /// Ends it with `sig` and returns its exit status (a killed process: 128 + signal).
+  /// Ends it with `sig` and returns its exit status (a killed process: 128 +
+  /// signal); then reads what it sent while stopping, as systemd would before
+  /// the next start.
   int stop(int sig = SIGTERM) {
-    ::kill(pid_, sig);
-    int status = 0;
-    REQUIRE(::waitpid(pid_, &status, 0) == pid_);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    auto status = svc_->stop(sig, 60s);
+    REQUIRE_MESSAGE(status.has_value(), (status ? std::string{} : status.error()));
+    auto drained = notify_->drain();
+    REQUIRE_MESSAGE(drained.has_value(), (drained ? std::string{} : drained.error()));
+    return *status;
   }
 
 private:
-  pid_t pid_ = -1;
-  clock_type::time_point started_;
+  notify_socket* notify_;
+  std::optional<bench::service> svc_;
 };
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return bench::read_text_file(path);
 }
 
 std::uint16_t port_in(const std::string& log) {
@@ -299,7 +150,9 @@ double discarded(const std::string& metrics, std::string_view reason) {
 /// Starts kvlaned and waits for READY=1 on the notify socket.
 daemon_run start(service& svc, notify_socket& notify, const std::string& log,
                  const std::string& run_dir, double* ready_ms) {
-  REQUIRE(notify.wait_for("READY=1", 30s));
+  auto ready = notify.wait_for("READY=1", 30s);
+  REQUIRE_MESSAGE(ready.has_value(), (ready ? std::string{} : ready.error()));
+  REQUIRE(ready->has_value());
   if (ready_ms != nullptr)
     *ready_ms = std::chrono::duration<double, std::milli>(clock_type::now() - svc.started()).count();
   daemon_run d;
@@ -342,7 +195,7 @@ void first_run(const temp_dir& dir, notify_socket& notify, int conversations, in
 TEST_CASE("store restart: retained KV survives a restart through the fd store, and the next turn "
           "of a conversation reuses it") {
   temp_dir dir;
-  notify_socket notify(dir.path() + "/notify");
+  auto notify = bind_notify(dir.path() + "/notify");
   first_run(dir, notify, 3, SIGTERM);
 
   const auto config = dir.write("second.toml", restart_config(dir.path() + "/run2", 1, 64, "512KiB"));
@@ -370,7 +223,7 @@ TEST_CASE("store restart: retained KV survives a restart through the fd store, a
 
 TEST_CASE("store restart: KV kept under another model is never used, and is counted") {
   temp_dir dir;
-  notify_socket notify(dir.path() + "/notify");
+  auto notify = bind_notify(dir.path() + "/notify");
   first_run(dir, notify, 2, SIGTERM);
 
   // The same model name, other weights (the sim's seed is its model identity).
@@ -387,7 +240,7 @@ TEST_CASE("store restart: KV kept under another model is never used, and is coun
 
 TEST_CASE("store restart: after a crash the index is still open, so nothing is trusted") {
   temp_dir dir;
-  notify_socket notify(dir.path() + "/notify");
+  auto notify = bind_notify(dir.path() + "/notify");
   first_run(dir, notify, 2, SIGKILL);
 
   const auto config = dir.write("second.toml", restart_config(dir.path() + "/run2", 1, 64, "512KiB"));
@@ -403,7 +256,7 @@ TEST_CASE("store restart: after a crash the index is still open, so nothing is t
 
 TEST_CASE("store restart: a restart with a full store serves again quickly (figure printed)") {
   temp_dir dir;
-  notify_socket notify(dir.path() + "/notify");
+  auto notify = bind_notify(dir.path() + "/notify");
   // 8 MiB full-slot snapshots into a 256 MiB store: 33 conversations fill it
   // (32 stored; the oldest is evicted for the last).
   constexpr int conversations = 33;
@@ -475,7 +328,7 @@ TEST_CASE("store restart: under systemd, systemctl restart keeps the store") {
 TEST_CASE("store restart: with the disk tier as well, the fd store's arena is used first and each "
           "snapshot stays one entry, in both tiers") {
   temp_dir dir;
-  notify_socket notify(dir.path() + "/notify");
+  auto notify = bind_notify(dir.path() + "/notify");
   const auto disk = fmt::format("[store.disk]\ndir = \"{}/kv\"\n", dir.path());
   {
     const auto config = dir.write(
