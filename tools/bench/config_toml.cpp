@@ -94,6 +94,8 @@ public:
       {"backend", m.backend.kind},
       {"store_floor_bytes", integer(m.store_floor_bytes, at + ".store_floor_bytes")},
       {"store_cap_bytes", integer(m.store_cap_bytes, at + ".store_cap_bytes")},
+      {"keep_alive", actors::to_string(m.keep)},
+      {"load_at_start", m.load_at_start},
       {"sim", std::move(sim)}};
     if (!m.backend.device.empty()) // empty: the backend's default
       out.insert("device", m.backend.device);
@@ -108,6 +110,12 @@ public:
     // explicit value may not, so such a pool is left to the default.
     if (s.warm_pool_bytes <= s.max_bytes)
       t.insert("warm_pool_bytes", integer(s.warm_pool_bytes, "store.warm_pool_bytes"));
+    if (!s.disk.dir.empty()) // absent: no disk tier
+      t.insert("disk",
+               toml::table{{"dir", s.disk.dir},
+                           {"max_bytes", integer(s.disk.max_bytes, "store.disk.max_bytes")},
+                           {"write_bytes_per_s",
+                            integer(s.disk.write_bytes_per_s, "store.disk.write_bytes_per_s")}});
     return t;
   }
 
@@ -132,6 +140,8 @@ public:
                              {"shutdown_grace_ms", d.shutdown_grace.count()},
                              {"log_levels", std::move(log_levels)}}},
       {"model", std::move(models)},
+      {"models", toml::table{{"max_loaded", cfg.lifecycle.max_loaded},
+                             {"load_timeout_ms", cfg.lifecycle.load_timeout.count()}}},
       {"scheduler", toml::table{{"mode", actors::to_string(p.mode)},
                                 {"quantum_steps", p.quantum_steps},
                                 {"levels", p.levels},

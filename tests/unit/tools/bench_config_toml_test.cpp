@@ -23,9 +23,18 @@ TEST_CASE("bench config_toml: the written kvlane.toml parses back to the same co
   m.backend.sim.dump_faults.fail_nth = 7;
   m.backend.sim.load_faults.fail_rate = 0.01;
   m.backend.sim.load_faults.code = backends::backend_errc::device_timeout;
+  m.keep = actors::keep_alive::after(std::chrono::seconds(90));
+  auto second = m;
+  second.name = "second";
+  second.keep = actors::keep_alive::pinned();
+  second.load_at_start = false;
+  cfg->models.push_back(second);
+  cfg->lifecycle.max_loaded = 1;
+  cfg->lifecycle.load_timeout = std::chrono::milliseconds(45000);
   cfg->scheduler.mode = actors::scheduler_mode::sync;
   cfg->scheduler.ewma_alpha = 0.3;
   cfg->store.eviction = ipc::eviction_value::recency;
+  cfg->store.disk = {"/var/tmp/kvlane kv", 3ull << 30, 64ull << 20};
   cfg->clients.socket_mode = 0660;
   cfg->clients.allow_users = {"alice", "1000"};
   cfg->clients.max_requests = 4096;
@@ -38,6 +47,7 @@ TEST_CASE("bench config_toml: the written kvlane.toml parses back to the same co
   REQUIRE_MESSAGE(sut.has_value(), (sut ? std::string{} : sut.error().message));
   CHECK(sut->daemon == cfg->daemon);
   CHECK(sut->models == cfg->models);
+  CHECK(sut->lifecycle == cfg->lifecycle);
   CHECK(sut->scheduler == cfg->scheduler);
   CHECK(sut->store == cfg->store);
   CHECK(sut->clients == cfg->clients);
