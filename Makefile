@@ -20,7 +20,7 @@ LLAMACPP ?= on
 MODEL    ?=
 
 .PHONY: all bootstrap build run test soak sanitize clean bench bench-load bench-sweep bench-reuse \
-        bench-two-models bench-realsize bench-shapes bench-build
+        bench-two-models bench-realsize bench-shapes bench-restart bench-build
 
 all: build
 
@@ -102,6 +102,16 @@ bench-two-models: bench-build
 	./$(BUILD_DIR)/kvlane-bench --trace $(BENCH_CONV_TRACE) --requests 0 --input-scale 0.125 \
 	  --sample-conversations 0.1 --rate-scale 1 --store-split shared,static --burst-s 300 \
 	  --path inproc --json $(BENCH_DIR)/two-models.json $(BENCH_FLAGS)
+
+# KV across a restart and a model swap: 5% of the Mooncake conversations through kvlaned
+# children, drained half way, then restarted keeping the store in the fd store (the bench plays
+# systemd), restarted with the disk tier only, or swapped out by a second model (max_loaded = 1);
+# each against the same replay without the event: reused tokens, reusable TTFT, failures.
+bench-restart: bench-build
+	@mkdir -p $(BENCH_DIR)
+	./$(BUILD_DIR)/kvlane-bench --trace $(BENCH_CONV_TRACE) --requests 0 --input-scale 0.125 \
+	  --sample-conversations 0.05 --rate-scale 1 --restart fdstore,disk,swap \
+	  --json $(BENCH_DIR)/restart.json $(BENCH_FLAGS)
 
 # Real-size check: the retained-KV path with the device's real 64 MiB snapshots (a 4 GiB store
 # whose warm pool covers all of it, at most ~5 GiB of RAM with the sim's slots), time_scale 4 so

@@ -10,6 +10,7 @@
 #include "tools/bench/report.hpp"
 #include "tools/bench/report_json.hpp"
 #include "tools/bench/report_plot.hpp"
+#include "tools/bench/restart_run.hpp"
 #include "tools/bench/shape_run.hpp"
 
 #include <fmt/format.h>
@@ -92,6 +93,26 @@ int print_shapes(const bench_options& o, const bench_setup& setup, const bench_r
   return code;
 }
 
+/// --restart: the baseline and each event through kvlaned children; JSON of the comparison.
+int print_restarts(const bench_options& o, const bench_setup& setup, const bench_workload& w,
+                   report_context ctx, const bench_run_options& run) {
+  auto c = run_restarts(o, setup, w, run);
+  if (!c)
+    return fail(exit_code::other, c.error());
+  ctx.cfg = restart_profile(setup);
+  c->report.ctx = std::move(ctx);
+  const auto text = format_restart_comparison(*c);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  if (o.json_out.empty())
+    return 0;
+  if (auto ok = write_file(o.json_out, restart_comparison_json(*c)); !ok)
+    return fail(exit_code::other, ok.error());
+  if (run.progress)
+    run.progress("wrote " + o.json_out);
+  return 0;
+}
+
 } // namespace
 
 int run_bench(const bench_options& o) {
@@ -170,6 +191,9 @@ int run_bench(const bench_options& o) {
                        model.name, model.backend.kind, ctx.capacity_req_s, ctx.work_s,
                        ctx.offered_load, ctx.arrival_span_s,
                        ctx.arrival_span_s / setup->time_scale, setup->time_scale));
+
+  if (!o.restarts.empty())
+    return print_restarts(o, *setup, *workload, std::move(ctx), run);
 
   auto report = run_benchmark(o, *setup, *workload, run);
   if (!report)

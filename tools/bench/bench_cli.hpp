@@ -16,6 +16,9 @@
 // (configuration), bench_workload (requests), bench_run (the runs), report
 // (figures and table), report_json, report_plot (+ plot).
 //
+// --restart (restart_run): the same conversation replay through kvlaned
+// children with a restart or a model swap half way, against a baseline.
+//
 // Over HTTP (race_run): --path http drives one running OpenAI-compatible
 // server; --race-llama races kvlaned against llama-server on one GGUF.
 //

@@ -69,6 +69,13 @@ what to run:
                           process, one reuse policy (--reuse, default store)
   --burst-s S             --store-split: a conversation goes to model floor(t / S) mod 2,
                           t its first request's arrival in simulated s (default 300)
+  --restart LIST          fdstore,disk,swap: the same requests through kvlaned children with
+                          reuse through the store, half way drained then restarted keeping
+                          the store in the fd store (fdstore; this program plays systemd),
+                          restarted with the disk tier only (disk), or the model swapped
+                          out by a request to a second one under max_loaded = 1 (swap);
+                          each against a baseline run that pauses without an event.
+                          Mooncake trace, one mode (--modes, default overlap)
   --shapes LIST           the grid: conv,mooncake,prefill-heavy,decode-heavy (the traces
                           from --azure-trace and --mooncake-trace), each at every --sweep
                           load (or --load) under every --devices assumption, all modes
@@ -211,6 +218,14 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
       if (!list)
         return fail("--store-split: " + list.error());
       o.store_splits = std::move(*list);
+    } else if (a == "--restart") {
+      auto v = value();
+      if (!v)
+        return fail("--restart needs a comma list of fdstore,disk,swap");
+      auto list = parse_restart_list(*v);
+      if (!list)
+        return fail("--restart: " + list.error());
+      o.restarts = std::move(*list);
     } else if (a == "--burst-s") {
       if (!positive(o.burst_s, 1e9))
         return fail("--burst-s needs a positive number of simulated seconds");
@@ -402,6 +417,9 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
   }
   if (o.help || o.print_profile)
     return o;
+  if (!o.restarts.empty() && (o.path == bench_path::http || o.race.race_llama || !o.shapes.empty()))
+    return fail("--restart drives its own kvlaned children: it cannot be combined with --path "
+                "http, --race-llama or --shapes");
   if (!o.shapes.empty() && (o.race.race_llama || o.path == bench_path::http
                             || o.path == bench_path::both))
     return fail("--shapes runs the grid in process or through kvlaned: give --path inproc or ipc "
@@ -456,6 +474,28 @@ expected<bench_options, std::string> parse_args(std::span<const std::string_view
                 "(--trace FILE.jsonl)");
   if (burst_given && o.store_splits.empty())
     return fail("--burst-s applies to --store-split");
+  if (!o.restarts.empty()) {
+    if (!mooncake)
+      return fail("--restart replays a conversation trace's turns across the restart: give "
+                  "--trace FILE.jsonl");
+    if (!o.reuse.empty() || !o.store_splits.empty() || !o.sweep_loads.empty() || o.sweep_quantum
+        || !o.devices.empty())
+      return fail("--restart compares its runs in one configuration: it cannot be combined with "
+                  "--reuse, --store-split, --sweep, --sweep-quantum or --devices");
+    if (o.path == bench_path::both)
+      return fail("--restart runs through kvlaned children only: give --path ipc (or no --path)");
+    if (users_given && o.users != trace_users::one)
+      return fail("--restart sends every request as this program's user: --users conversation "
+                  "cannot be honoured (give --users one or no --users)");
+    if (!o.plot_out.empty())
+      return fail("--plot draws the mode comparison; --restart prints and writes JSON only");
+    o.path = bench_path::ipc;
+    o.users = trace_users::one; // achievable reuse counted as the daemon scopes it
+    if (!o.modes_given)
+      o.modes = {actors::scheduler_mode::overlap};
+    if (o.modes.size() != 1)
+      return fail("--restart runs in one mode: give --modes with a single mode");
+  }
   if (!o.store_splits.empty()) {
     if (!mooncake)
       return fail("--store-split splits a conversation trace's conversations between two models: "

@@ -13,6 +13,7 @@
 #include "daemon/config.hpp"
 #include "tools/bench/conversation_workload.hpp"
 #include "tools/bench/race_options.hpp"
+#include "tools/bench/restart_variant.hpp"
 #include "tools/bench/reuse_variant.hpp"
 #include "tools/bench/slo.hpp"
 #include "tools/bench/store_split.hpp"
@@ -54,6 +55,9 @@ struct bench_options {
   /// variants compared (shared elastic pool, static halves), in order.
   std::vector<store_split> store_splits;
   double burst_s = 300;               ///< --store-split: simulated seconds per model's turn
+  /// --restart: the half-way events compared with a run without one (the
+  /// baseline, always run first), in order, through kvlaned children.
+  std::vector<restart_kind> restarts;
   synthetic_options synth;
   std::size_t requests = 200;         ///< 0 = every row of the trace
   std::optional<double> load;         ///< offered load as a fraction of capacity
