@@ -227,6 +227,16 @@ expected<restart_result, std::string> run_restart(const restart_run_options& opt
     return unexpected(std::move(first).error());
   std::optional<restart_daemon> d{std::move(*first)};
   progress(fmt::format("kvlaned ready in {:.0f} ms", d->start_to_ready_ms()));
+  // The notify socket is read while a daemon runs, as systemd reads it.
+  auto pump = serve_thread::start(*notify);
+  if (!pump)
+    return unexpected(std::move(pump).error());
+  auto stop_pump = [&]() -> expected<void, std::string> {
+    auto ok = (*pump)->stop();
+    if (!ok)
+      return unexpected("the notify socket: " + ok.error());
+    return {};
+  };
 
   restart_result out;
   out.kind = kind;
@@ -273,6 +283,8 @@ expected<restart_result, std::string> run_restart(const restart_run_options& opt
     // -- the event ---------------------------------------------------------------
     const auto drained = clock::now();
     if (kind == restart_kind::fd_store || kind == restart_kind::disk) {
+      if (auto ok = stop_pump(); !ok)
+        return unexpected(std::move(ok).error());
       const auto sigterm = clock::now();
       if (auto stopped = d->stop(*notify, opts.stop_timeout); !stopped)
         return unexpected("the restart's stop: " + stopped.error());
@@ -295,6 +307,9 @@ expected<restart_result, std::string> run_restart(const restart_run_options& opt
       if (!next)
         return unexpected("the restart's start: " + next.error());
       d.emplace(std::move(*next));
+      pump = serve_thread::start(*notify);
+      if (!pump)
+        return unexpected(std::move(pump).error());
       fig.restart_to_ready_ms = ms_between(sigterm, d->ready_at());
       fig.start_to_ready_ms = d->start_to_ready_ms();
       auto m = d->metrics();
@@ -364,6 +379,8 @@ expected<restart_result, std::string> run_restart(const restart_run_options& opt
   }
   note_unsent(result.requests);
   result.wall_ms = std::max(0.0, ms_between(start, last_end));
+  if (auto ok = stop_pump(); !ok)
+    return unexpected(std::move(ok).error());
   if (auto stopped = d->stop(*notify, opts.stop_timeout); !stopped)
     return unexpected(std::move(stopped).error());
   return out;

@@ -9,7 +9,8 @@
 // daemon, the client library, the store handed over or read back). One run:
 //
 // 1. kvlaned starts under the service host (service_host: this program plays
-//    systemd's side, NOTIFY_SOCKET and the fd store) in a fresh directory.
+//    systemd's side: NOTIFY_SOCKET, read all along, and the fd store) in a
+//    fresh directory.
 // 2. The first half of the requests (in arrival order) is sent at their trace
 //    times, causal turns held for their previous turn (turn_gate). Then no
 //    new turn is sent and the ones in flight finish: a graceful restart, as

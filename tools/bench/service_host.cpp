@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -138,6 +139,52 @@ expected<void, std::string> notify_socket::drain() {
     if (auto body = receive(); !body)
       return unexpected(std::move(body).error());
   }
+}
+
+expected<void, std::string> notify_socket::serve_until(int stop_fd) {
+  for (;;) {
+    pollfd p[2] = {{fd_, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    const int rc = ::poll(p, 2, -1);
+    if (rc < 0 && errno == EINTR)
+      continue;
+    if (rc < 0)
+      return unexpected(errno_text("poll on the notify socket", errno));
+    if (p[0].revents & POLLIN) {
+      if (auto body = receive(); !body)
+        return unexpected(std::move(body).error());
+      continue; // the socket first: a stop leaves nothing unread that came before it
+    }
+    if (p[1].revents != 0)
+      return {};
+  }
+}
+
+expected<std::unique_ptr<serve_thread>, std::string> serve_thread::start(notify_socket& notify) {
+  const int fd = ::eventfd(0, EFD_CLOEXEC);
+  if (fd < 0)
+    return unexpected(errno_text("eventfd", errno));
+  std::unique_ptr<serve_thread> t{new serve_thread(fd)};
+  t->thread_ = std::thread{[p = t.get(), &notify] {
+    if (auto ok = notify.serve_until(p->stop_fd_); !ok)
+      p->error_ = std::move(ok).error();
+  }};
+  return t;
+}
+
+serve_thread::~serve_thread() {
+  (void)stop();
+  ::close(stop_fd_);
+}
+
+expected<void, std::string> serve_thread::stop() {
+  if (thread_.joinable()) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(stop_fd_, &one, sizeof one);
+    thread_.join();
+  }
+  if (!error_.empty())
+    return unexpected(error_);
+  return {};
 }
 
 // One datagram, as systemd's manager reads it.

@@ -28,10 +28,12 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <sys/types.h>
+#include <thread>
 
 namespace kvlane::tools::bench {
 
@@ -59,6 +61,13 @@ public:
   /// Handles every datagram already queued, without waiting (what a service
   /// sent while stopping, before the next start is given the store).
   expected<void, std::string> drain();
+
+  /// Handles datagrams as they come until `stop_fd` (an eventfd or a pipe's
+  /// read end) is readable. A running kvlaned sends STATUS= updates; a socket
+  /// nobody reads fills up, and then its sends block the daemon's main thread,
+  /// as they would if systemd stopped reading. Run it on a thread of its own
+  /// while a service runs and nothing else uses this object (serve_thread).
+  expected<void, std::string> serve_until(int stop_fd);
 
   /// The stored descriptors, by FDNAME (owned by this object).
   const std::map<std::string, int>& store() const noexcept { return store_; }
@@ -121,6 +130,27 @@ private:
   pid_t pid_ = -1;
   int pidfd_ = -1;
   clock::time_point started_;
+};
+
+/// Reads a notify socket on a thread of its own for as long as it lives
+/// (notify_socket::serve_until); the socket must not be used otherwise
+/// meanwhile. stop() (or the destructor) ends it and joins it.
+class serve_thread {
+public:
+  static expected<std::unique_ptr<serve_thread>, std::string> start(notify_socket& notify);
+  serve_thread(const serve_thread&) = delete;
+  serve_thread& operator=(const serve_thread&) = delete;
+  ~serve_thread();
+
+  /// Ends the thread; the first error it met, if any.
+  expected<void, std::string> stop();
+
+private:
+  explicit serve_thread(int stop_fd) noexcept : stop_fd_(stop_fd) {}
+
+  int stop_fd_ = -1;
+  std::thread thread_;
+  std::string error_; ///< written by the thread, read after join
 };
 
 /// The whole text of the file at `path` ("" if it cannot be read).
