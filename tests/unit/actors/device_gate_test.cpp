@@ -15,10 +15,15 @@ using namespace kvlane::actors;
 namespace {
 
 /// Spins (yielding) until `gate` has `n` callers waiting: they are queued in
-/// the order the test started them. The gate's own count is the event.
+/// the order the test started them. The gate's own count is the event; a gate
+/// that never queues them fails the test after 10 s instead of hanging it.
 void wait_until_waiting(const device_gate& gate, std::uint64_t n) {
-  while (gate.waiting() != n)
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (gate.waiting() != n) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < give_up,
+                    "the gate never had " << n << " callers waiting (has " << gate.waiting() << ")");
     std::this_thread::yield();
+  }
 }
 
 } // namespace
@@ -26,7 +31,7 @@ void wait_until_waiting(const device_gate& gate, std::uint64_t n) {
 TEST_CASE("device_gate: one holder at a time across many threads") {
   device_gate sut;
   constexpr int threads = 4;
-  constexpr int calls = 2000;
+  constexpr int calls = 500;
   std::atomic<int> inside{0};
   std::atomic<int> most_inside{0};
   std::atomic<int> total{0};
@@ -40,6 +45,9 @@ TEST_CASE("device_gate: one holder at a time across many threads") {
         int seen = most_inside.load();
         while (now > seen && !most_inside.compare_exchange_weak(seen, now)) {
         }
+        // Long enough inside for another thread to try its luck meanwhile.
+        for (int k = 0; k < 3; ++k)
+          std::this_thread::yield();
         total.fetch_add(1);
         inside.fetch_sub(1);
       }
