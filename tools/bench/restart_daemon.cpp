@@ -148,8 +148,7 @@ expected<std::string, std::string> restart_daemon::model_state(const std::string
   return unexpected(fmt::format("the admin status lists no model '{}'", model));
 }
 
-expected<void, std::string> restart_daemon::stop(notify_socket& notify,
-                                                 std::chrono::milliseconds timeout) {
+expected<void, std::string> restart_daemon::stop(std::chrono::milliseconds timeout) {
   for (auto& c : conns_)
     c.reset();
   admin_.reset();
@@ -158,8 +157,6 @@ expected<void, std::string> restart_daemon::stop(notify_socket& notify,
     return unexpected(status.error() + tail());
   if (*status != 0)
     return unexpected(fmt::format("kvlaned exited with status {} after SIGTERM{}", *status, tail()));
-  if (auto drained = notify.drain(); !drained)
-    return unexpected(std::move(drained).error());
   return {};
 }
 

@@ -72,9 +72,10 @@ public:
   expected<std::string, std::string> model_state(const std::string& model);
 
   /// Closes the connections (joining their reader threads: no callback runs
-  /// after this), sends SIGTERM, waits for the exit within `timeout`, then
-  /// reads what it sent while stopping. Fails unless it exits 0.
-  expected<void, std::string> stop(notify_socket& notify, std::chrono::milliseconds timeout);
+  /// after this), sends SIGTERM and waits for the exit within `timeout`.
+  /// Fails unless it exits 0. The notify socket must be read meanwhile (a
+  /// serve_thread): a stopping daemon keeps sending to it.
+  expected<void, std::string> stop(std::chrono::milliseconds timeout);
 
   /// The last lines of its log, indented, for error messages.
   std::string tail() const;

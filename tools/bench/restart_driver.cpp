@@ -283,12 +283,13 @@ expected<restart_result, std::string> run_restart(const restart_run_options& opt
     // -- the event ---------------------------------------------------------------
     const auto drained = clock::now();
     if (kind == restart_kind::fd_store || kind == restart_kind::disk) {
-      if (auto ok = stop_pump(); !ok)
-        return unexpected(std::move(ok).error());
       const auto sigterm = clock::now();
-      if (auto stopped = d->stop(*notify, opts.stop_timeout); !stopped)
+      if (auto stopped = d->stop(opts.stop_timeout); !stopped)
         return unexpected("the restart's stop: " + stopped.error());
       fig.stop_ms = ms_between(sigterm, clock::now());
+      // Everything it sent is read before the next start is given the store.
+      if (auto ok = stop_pump(); !ok)
+        return unexpected(std::move(ok).error());
       const auto first_log = d->log_path();
       d.reset();
       if (kind == restart_kind::fd_store) {
@@ -379,10 +380,10 @@ expected<restart_result, std::string> run_restart(const restart_run_options& opt
   }
   note_unsent(result.requests);
   result.wall_ms = std::max(0.0, ms_between(start, last_end));
+  if (auto stopped = d->stop(opts.stop_timeout); !stopped)
+    return unexpected(std::move(stopped).error());
   if (auto ok = stop_pump(); !ok)
     return unexpected(std::move(ok).error());
-  if (auto stopped = d->stop(*notify, opts.stop_timeout); !stopped)
-    return unexpected(std::move(stopped).error());
   return out;
 }
 
