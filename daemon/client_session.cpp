@@ -262,6 +262,7 @@ std::size_t client_session::live_requests() const {
 bool client_session::drain_submit(std::size_t max_records) {
   if (closed_ || !submit_.valid())
     return true;
+  resume_loaded_turns();
   proto::record_bytes raw;
   // At most `max_records` per call: an app that keeps its ring full (even of
   // records that cost nothing, like cancels of unknown ids) must not hold the
@@ -342,6 +343,7 @@ bool client_session::handle_record(const proto::record_bytes& raw) {
     std::string model;
     std::uint64_t seq = 0;
     bool was_assembling = false;
+    bool was_waiting = false; // a session turn waiting for its model to load
     {
       std::lock_guard lock{mu_};
       was_assembling = tracker_.on_cancel(id);
@@ -349,25 +351,20 @@ bool client_session::handle_record(const proto::record_bytes& raw) {
       if (it != requests_.end()) {
         if (was_assembling) {
           erase_request_locked(it);
+        } else if (it->second.awaiting_load) {
+          was_waiting = true;
+          erase_request_locked(it);
+          tracker_.finished(id);
         } else {
           model = it->second.model;
           seq = it->second.seq;
         }
       }
     }
-    if (was_assembling) {
-      std::vector<proto::record_bytes> records(1);
-      proto::end_rec e;
-      e.request_id = id;
-      e.reason = proto::end_reason::cancelled;
-      e.message = "cancelled before the prompt was complete";
-      proto::encode(e, records[0]);
-      {
-        std::lock_guard lock{mu_};
-        std::vector<std::pair<std::string, std::uint64_t>> none;
-        enqueue_locked(id, records, true, none);
-      }
-      flush();
+    if (was_assembling || was_waiting) {
+      push_end(id, proto::end_reason::cancelled,
+               was_assembling ? "cancelled before the prompt was complete"
+                              : "cancelled while its model was loading");
     } else if (seq != 0) {
       engine_.cancel(model, seq);
     }
@@ -380,6 +377,94 @@ bool client_session::handle_record(const proto::record_bytes& raw) {
 }
 
 void client_session::submit_to_engine(complete_submit c) {
+  const auto id = c.head.request_id;
+  if (auto busy = admission_.admit_request(peer_.uid)) {
+    counters_.busy_refusals.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard lock{mu_};
+      if (auto it = requests_.find(id); it != requests_.end())
+        erase_request_locked(it);
+      tracker_.finished(id);
+    }
+    push_error(id, proto::errc::busy, std::move(*busy));
+    return;
+  }
+  {
+    std::lock_guard lock{mu_};
+    if (auto it = requests_.find(id); it != requests_.end())
+      it->second.admitted = true;
+    else
+      admission_.release_request(peer_.uid); // cannot happen: the loop thread owns submits
+  }
+  if (const auto model = resolve_model(c.head.model);
+      !c.head.session.empty() && engine_.find_model(model) == nullptr
+      && engine_.is_configured(model)) {
+    await_model(std::move(c), model);
+    return;
+  }
+  submit_admitted(std::move(c));
+}
+
+void client_session::await_model(complete_submit c, const std::string& model) {
+  const auto id = c.head.request_id;
+  {
+    std::lock_guard lock{mu_};
+    if (auto it = requests_.find(id); it != requests_.end())
+      it->second.awaiting_load = true;
+  }
+  // The callback runs on the registry's thread (or here, when the model
+  // loaded meanwhile): it hands the turn to the loop thread.
+  auto turn = std::make_shared<complete_submit>(std::move(c));
+  engine_.acquire(model, std::nullopt,
+                  [weak = weak_from_this(), turn](const actors::model_registry::acquired& got) {
+                    auto self = weak.lock();
+                    if (!self)
+                      return;
+                    {
+                      std::lock_guard lock{self->mu_};
+                      if (self->closed_)
+                        return;
+                      self->loaded_turns_.push_back(
+                        loaded_turn{std::move(*turn), got ? *got : nullptr,
+                                    got ? std::string{} : got.error()});
+                    }
+                    ipc::eventfd_signal(self->loop_wake_fd_);
+                  });
+}
+
+void client_session::resume_loaded_turns() {
+  std::vector<loaded_turn> ready;
+  {
+    std::lock_guard lock{mu_};
+    if (loaded_turns_.empty())
+      return;
+    ready.swap(loaded_turns_);
+  }
+  for (auto& t : ready) {
+    const auto id = t.submit.head.request_id;
+    bool live = false;
+    {
+      std::lock_guard lock{mu_};
+      if (auto it = requests_.find(id); it != requests_.end() && it->second.awaiting_load) {
+        it->second.awaiting_load = false;
+        live = true;
+        if (!t.lease) {
+          erase_request_locked(it);
+          tracker_.finished(id);
+        }
+      }
+    }
+    if (!live)
+      continue; // cancelled while its model loaded
+    if (!t.lease) { // as a request without a session: the stream ends with the cause
+      push_end(id, proto::end_reason::error, std::move(t.error));
+      continue;
+    }
+    submit_admitted(std::move(t.submit)); // t.lease holds the model until it is submitted
+  }
+}
+
+void client_session::submit_admitted(complete_submit c) {
   const auto id = c.head.request_id;
   actors::submit_request req;
   req.model = resolve_model(c.head.model);
@@ -400,30 +485,11 @@ void client_session::submit_to_engine(complete_submit c) {
   req.sampling.stop_tokens.assign(c.head.stop_tokens.begin(), c.head.stop_tokens.end());
   req.stop_at_eos = c.head.stop_at_eos;
 
-  if (auto busy = admission_.admit_request(peer_.uid)) {
-    counters_.busy_refusals.fetch_add(1, std::memory_order_relaxed);
-    {
-      std::lock_guard lock{mu_};
-      if (auto it = requests_.find(id); it != requests_.end())
-        erase_request_locked(it);
-      tracker_.finished(id);
-    }
-    push_error(id, proto::errc::busy, std::move(*busy));
-    return;
-  }
-  {
-    std::lock_guard lock{mu_};
-    if (auto it = requests_.find(id); it != requests_.end())
-      it->second.admitted = true;
-    else
-      admission_.release_request(peer_.uid); // cannot happen: the loop thread owns submits
-  }
   const auto m = engine_.find_model(req.model);
   const auto model = req.model;
   if (!c.head.session.empty() && m == nullptr && engine_.is_configured(model)) {
-    // A session's turn is tokenized here, with the model's tokenizer: the
-    // model loads now (its lease goes at once), and the app retries.
-    engine_.acquire(model, std::nullopt, [](const actors::model_registry::acquired&) {});
+    // Only when the model unloaded again before a waiting turn got here (an
+    // admin's kvlane unload): the turn cannot be tokenized without it.
     {
       std::lock_guard lock{mu_};
       if (auto it = requests_.find(id); it != requests_.end())
@@ -431,9 +497,8 @@ void client_session::submit_to_engine(complete_submit c) {
       tracker_.finished(id);
     }
     push_error(id, proto::errc::busy,
-               fmt::format("model '{}' is not loaded; it is loading now: retry the session turn "
-                           "shortly (or load it first: kvlane load {})",
-                           model, model));
+               fmt::format("model '{}' was unloaded before this session turn started: retry it",
+                           model));
     return;
   }
   std::optional<session_turn_ref> turn;
@@ -496,6 +561,24 @@ void client_session::submit_to_engine(complete_submit c) {
 
 std::string client_session::resolve_model(const std::string& model) const {
   return model.empty() && !engine_.configured().empty() ? engine_.configured().front().name : model;
+}
+
+void client_session::push_end(std::uint64_t request_id, proto::end_reason reason,
+                              std::string message) {
+  std::vector<proto::record_bytes> records(1);
+  proto::end_rec e;
+  e.request_id = request_id;
+  e.reason = reason;
+  e.message = std::move(message);
+  proto::encode(e, records[0]);
+  {
+    std::lock_guard lock{mu_};
+    if (closed_)
+      return;
+    std::vector<std::pair<std::string, std::uint64_t>> none;
+    enqueue_locked(request_id, records, true, none);
+  }
+  flush();
 }
 
 void client_session::push_error(std::uint64_t request_id, proto::errc code, std::string message) {
@@ -746,6 +829,7 @@ std::string client_session::doom_reason() const {
 
 void client_session::close(bool shutting_down) {
   std::vector<std::pair<std::string, std::uint64_t>> cancels;
+  std::vector<loaded_turn> unsent; // their leases go after the locks
   {
     std::lock_guard writer{writer_mu_};
     std::lock_guard lock{mu_};
@@ -757,6 +841,7 @@ void client_session::close(bool shutting_down) {
         cancels.emplace_back(st.model, st.seq);
     while (!requests_.empty())
       erase_request_locked(requests_.begin());
+    unsent.swap(loaded_turns_);
     admission_.release_client(peer_.uid);
     outbox_.clear();
     outbox_size_.store(0, std::memory_order_relaxed);

@@ -58,6 +58,7 @@
 
 namespace kvlane::actors {
 class engine;
+class model_lease;
 } // namespace kvlane::actors
 
 namespace kvlane::daemon {
@@ -153,10 +154,22 @@ private:
   explicit client_session(setup s);
 
   bool handle_record(const ipc::proto::record_bytes& raw);
+  /// Admits a complete submit and submits it, or parks a session turn whose
+  /// model is not loaded until it is (await_model).
   void submit_to_engine(complete_submit req);
+  /// Submits an admitted request to the engine (a session's turn tokenized here).
+  void submit_admitted(complete_submit req);
+  /// A session's turn is tokenized with its model's tokenizer, so it waits for
+  /// the model to load: the load starts now, and the turn goes on once it has
+  /// (resume_loaded_turns), or ends with the load's error.
+  void await_model(complete_submit req, const std::string& model);
+  /// Loop thread: submits the turns whose model loaded meanwhile.
+  void resume_loaded_turns();
   /// The model a submit or session_drop naming `model` goes to.
   std::string resolve_model(const std::string& model) const;
   void push_error(std::uint64_t request_id, ipc::proto::errc code, std::string message);
+  /// Ends a request the engine never saw (its only record is the end).
+  void push_end(std::uint64_t request_id, ipc::proto::end_reason reason, std::string message);
   /// Caller holds mu_. Appends records; applies the backlog bound unless `force`.
   void enqueue_locked(std::uint64_t request_id, std::vector<ipc::proto::record_bytes>& records,
                       bool force, std::vector<std::pair<std::string, std::uint64_t>>& to_cancel);
@@ -168,6 +181,14 @@ private:
     std::uint64_t seq = 0; ///< engine sequence id; 0 until submitted
     bool overflowed = false;
     bool admitted = false; ///< counted by admission (from its submission to the engine)
+    bool awaiting_load = false; ///< a session turn waiting for its model to load
+  };
+
+  /// A session turn whose model finished loading (or failed to), for the loop thread.
+  struct loaded_turn {
+    complete_submit submit;
+    std::shared_ptr<actors::model_lease> lease; ///< keeps the model loaded until it is submitted
+    std::string error;                       ///< why the load failed, when `lease` is null
   };
 
   /// Caller holds mu_. Forgets a request and returns its admission.
@@ -201,6 +222,7 @@ private:
   std::deque<ipc::proto::record_bytes> outbox_;
   std::atomic<std::size_t> outbox_size_{0};
   std::unordered_map<std::uint64_t, request_state> requests_;
+  std::vector<loaded_turn> loaded_turns_; ///< filled by load callbacks, drained by the loop
   request_tracker tracker_;
 
   std::atomic<bool> doomed_{false};

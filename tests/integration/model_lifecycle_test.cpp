@@ -355,3 +355,41 @@ TEST_CASE("model lifecycle: through the client library a request loads its model
   CHECK(end->reason == kvlane::client::end_reason::error);
   CHECK_MESSAGE(end->message.find("broken.gguf") != std::string::npos, end->message);
 }
+
+TEST_CASE("model lifecycle: a client-library session turn for a model that is not loaded waits for "
+          "the load, and a failed load ends the turn with the cause") {
+  http_fixture d{lifecycle_config<0>};
+  kvlane::client::connect_options o;
+  o.socket_path = d.run_dir + "/kvlane.sock";
+  o.client_name = "lifecycle-session";
+  auto c = kvlane::client::connect(o);
+  REQUIRE_MESSAGE(c, (c ? std::string{} : c.error().message));
+  REQUIRE(state_of(d, "a") == "unloaded");
+  kvlane::client::request r;
+  r.model = "a";
+  r.session = "chat";
+  r.prompt = "tell me a story";
+  r.sampling.max_tokens = 6;
+  auto s = (*c)->submit(r);
+  REQUIRE(s);
+  auto end = (*s)->wait(20s);
+  REQUIRE_MESSAGE(end, (end ? std::string{} : end.error().message));
+  CHECK(end->reason == kvlane::client::end_reason::length);
+  CHECK(end->generated_tokens == 6);
+  CHECK(state_of(d, "a") == "loaded");
+  // The turn joined the session: the next one is submitted with it as history.
+  r.prompt = "and then?";
+  s = (*c)->submit(r);
+  REQUIRE(s);
+  end = (*s)->wait(20s);
+  REQUIRE_MESSAGE(end, (end ? std::string{} : end.error().message));
+  CHECK(end->prompt_tokens > 6 + 3);
+
+  r.model = "broken";
+  s = (*c)->submit(r);
+  REQUIRE(s);
+  end = (*s)->wait(20s);
+  REQUIRE_MESSAGE(end, (end ? std::string{} : end.error().message));
+  CHECK(end->reason == kvlane::client::end_reason::error);
+  CHECK_MESSAGE(end->message.find("broken.gguf") != std::string::npos, end->message);
+}
