@@ -565,29 +565,27 @@ std::string client_session::resolve_model(const std::string& model) const {
 
 void client_session::push_end(std::uint64_t request_id, proto::end_reason reason,
                               std::string message) {
-  std::vector<proto::record_bytes> records(1);
   proto::end_rec e;
   e.request_id = request_id;
   e.reason = reason;
   e.message = std::move(message);
+  std::vector<proto::record_bytes> records(1);
   proto::encode(e, records[0]);
-  {
-    std::lock_guard lock{mu_};
-    if (closed_)
-      return;
-    std::vector<std::pair<std::string, std::uint64_t>> none;
-    enqueue_locked(request_id, records, true, none);
-  }
-  flush();
+  push_last(request_id, records);
 }
 
 void client_session::push_error(std::uint64_t request_id, proto::errc code, std::string message) {
-  std::vector<proto::record_bytes> records(1);
   proto::error_rec e;
   e.request_id = request_id;
   e.code = code;
   e.message = std::move(message);
+  std::vector<proto::record_bytes> records(1);
   proto::encode(e, records[0]);
+  push_last(request_id, records);
+}
+
+void client_session::push_last(std::uint64_t request_id,
+                               std::vector<proto::record_bytes>& records) {
   {
     std::lock_guard lock{mu_};
     if (closed_)

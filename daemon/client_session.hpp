@@ -170,6 +170,8 @@ private:
   void push_error(std::uint64_t request_id, ipc::proto::errc code, std::string message);
   /// Ends a request the engine never saw (its only record is the end).
   void push_end(std::uint64_t request_id, ipc::proto::end_reason reason, std::string message);
+  /// Queues a request's last records past the backlog bound and flushes them.
+  void push_last(std::uint64_t request_id, std::vector<ipc::proto::record_bytes>& records);
   /// Caller holds mu_. Appends records; applies the backlog bound unless `force`.
   void enqueue_locked(std::uint64_t request_id, std::vector<ipc::proto::record_bytes>& records,
                       bool force, std::vector<std::pair<std::string, std::uint64_t>>& to_cancel);
