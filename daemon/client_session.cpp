@@ -236,7 +236,7 @@ bool client_session::handle_record(const proto::record_bytes& raw) {
       if (it != requests_.end()) {
         if (was_assembling) {
           erase_request_locked(it);
-        } else if (it->second.awaiting_load) {
+        } else if (it->second.awaiting_load != 0) {
           was_waiting = true;
           erase_request_locked(it);
           tracker_.finished(id);

@@ -183,12 +183,15 @@ private:
     std::uint64_t seq = 0; ///< engine sequence id; 0 until submitted
     bool overflowed = false;
     bool admitted = false; ///< counted by admission (from its submission to the engine)
-    bool awaiting_load = false; ///< a session turn waiting for its model to load
+    /// A session turn waiting for its model to load: its wait's number (an id
+    /// cancelled and reused meanwhile has another); 0 when not waiting.
+    std::uint64_t awaiting_load = 0;
   };
 
   /// A session turn whose model finished loading (or failed to), for the loop thread.
   struct loaded_turn {
     complete_submit submit;
+    std::uint64_t wait = 0; ///< request_state::awaiting_load of the turn
     std::shared_ptr<actors::model_lease> lease; ///< keeps the model loaded until it is submitted
     std::string error;                       ///< why the load failed, when `lease` is null
   };
@@ -225,6 +228,7 @@ private:
   std::atomic<std::size_t> outbox_size_{0};
   std::unordered_map<std::uint64_t, request_state> requests_;
   std::vector<loaded_turn> loaded_turns_; ///< filled by load callbacks, drained by the loop
+  std::uint64_t waits_ = 0;               ///< the last awaiting_load number handed out
   request_tracker tracker_;
 
   std::atomic<bool> doomed_{false};

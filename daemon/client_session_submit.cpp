@@ -163,16 +163,19 @@ void client_session::submit_to_engine(complete_submit c) {
 
 void client_session::await_model(complete_submit c, const std::string& model) {
   const auto id = c.head.request_id;
+  std::uint64_t wait = 0;
   {
     std::lock_guard lock{mu_};
+    wait = ++waits_;
     if (auto it = requests_.find(id); it != requests_.end())
-      it->second.awaiting_load = true;
+      it->second.awaiting_load = wait;
   }
   // The callback runs on the registry's thread (or here, when the model
   // loaded meanwhile): it hands the turn to the loop thread.
   auto turn = std::make_shared<complete_submit>(std::move(c));
   engine_.acquire(model, std::nullopt,
-                  [weak = weak_from_this(), turn](const actors::model_registry::acquired& got) {
+                  [weak = weak_from_this(), turn,
+                   wait](const actors::model_registry::acquired& got) {
                     auto self = weak.lock();
                     if (!self)
                       return;
@@ -181,7 +184,7 @@ void client_session::await_model(complete_submit c, const std::string& model) {
                       if (self->closed_)
                         return;
                       self->loaded_turns_.push_back(
-                        loaded_turn{std::move(*turn), got ? *got : nullptr,
+                        loaded_turn{std::move(*turn), wait, got ? *got : nullptr,
                                     got ? std::string{} : got.error()});
                     }
                     ipc::eventfd_signal(self->loop_wake_fd_);
@@ -201,8 +204,9 @@ void client_session::resume_loaded_turns() {
     bool live = false;
     {
       std::lock_guard lock{mu_};
-      if (auto it = requests_.find(id); it != requests_.end() && it->second.awaiting_load) {
-        it->second.awaiting_load = false;
+      if (auto it = requests_.find(id);
+          it != requests_.end() && it->second.awaiting_load == t.wait) {
+        it->second.awaiting_load = 0;
         live = true;
         if (!t.lease) {
           erase_request_locked(it);
@@ -211,7 +215,7 @@ void client_session::resume_loaded_turns() {
       }
     }
     if (!live)
-      continue; // cancelled while its model loaded
+      continue; // cancelled while its model loaded (its id may be another request's now)
     if (!t.lease) { // as a request without a session: the stream ends with the cause
       push_end(id, proto::end_reason::error, std::move(t.error));
       continue;
