@@ -88,6 +88,19 @@ void note_unsent(std::vector<request_outcome>& outcomes) {
       o.error = "not sent: the run's time bound passed before its previous turn ended";
 }
 
+std::vector<request_outcome> planned_outcomes(std::span<const trace_request> requests) {
+  std::vector<request_outcome> out(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto& o = out[i];
+    o.index = static_cast<std::uint32_t>(i);
+    o.interactive = requests[i].interactive;
+    o.prompt_tokens = requests[i].prompt_tokens;
+    o.output_tokens = requests[i].output_tokens;
+    o.arrival_s = requests[i].arrival_s;
+  }
+  return out;
+}
+
 expected<run_result, std::string> run_mode(const run_options& opts, actors::scheduler_mode mode,
                                            std::span<const trace_request> requests) {
   auto cfg = opts.cfg;
@@ -109,15 +122,7 @@ expected<run_result, std::string> run_mode(const run_options& opts, actors::sche
   run_result result;
   result.mode = mode;
   result.time_scale = ts;
-  result.requests.resize(requests.size());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    auto& o = result.requests[i];
-    o.index = static_cast<std::uint32_t>(i);
-    o.interactive = requests[i].interactive;
-    o.prompt_tokens = requests[i].prompt_tokens;
-    o.output_tokens = requests[i].output_tokens;
-    o.arrival_s = requests[i].arrival_s;
-  }
+  result.requests = planned_outcomes(requests);
 
   caf::actor_system_config caf_cfg;
   const auto threads = cfg.daemon.worker_threads != 0

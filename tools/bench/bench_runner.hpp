@@ -144,6 +144,10 @@ struct run_result {
   double sim_ms() const noexcept { return wall_ms * time_scale; }
 };
 
+/// One outcome per request, in order, with what the plan says of it (index,
+/// class, token counts, arrival) and nothing happened yet.
+std::vector<request_outcome> planned_outcomes(std::span<const trace_request> requests);
+
 /// Runs `requests` (in arrival order) against a fresh engine in `mode`.
 /// Fails only if the engine cannot be built, a model is unknown or a request
 /// names a model index the options do not list; request failures are outcomes.

@@ -169,15 +169,7 @@ expected<run_result, std::string> run_mode_ipc(const ipc_run_options& opts,
   result.time_scale = ts;
   result.store_peaks_known = false;
   result.serialized = actors::place_transfers(mode, opts.transfers_overlap).on_compute_lane;
-  result.requests.resize(requests.size());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    auto& o = result.requests[i];
-    o.index = static_cast<std::uint32_t>(i);
-    o.interactive = requests[i].interactive;
-    o.prompt_tokens = requests[i].prompt_tokens;
-    o.output_tokens = requests[i].output_tokens;
-    o.arrival_s = requests[i].arrival_s;
-  }
+  result.requests = planned_outcomes(requests);
   auto col = std::make_shared<run_collector>();
   col->outcomes = &result.requests;
   col->time_scale = ts;

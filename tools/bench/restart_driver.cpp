@@ -245,15 +245,7 @@ expected<restart_result, std::string> run_restart(const restart_run_options& opt
   result.mode = mode;
   result.time_scale = ts;
   result.store_peaks_known = false;
-  result.requests.resize(requests.size());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    auto& o = result.requests[i];
-    o.index = static_cast<std::uint32_t>(i);
-    o.interactive = requests[i].interactive;
-    o.prompt_tokens = requests[i].prompt_tokens;
-    o.output_tokens = requests[i].output_tokens;
-    o.arrival_s = requests[i].arrival_s;
-  }
+  result.requests = planned_outcomes(requests);
   fig.half = requests.size() / 2;
   fig.half_way_s = fig.half < requests.size() ? requests[fig.half].arrival_s : 0;
 
