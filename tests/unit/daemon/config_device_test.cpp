@@ -3,6 +3,7 @@
 
 #include "backends/backend_config.hpp"
 #include "daemon/config.hpp"
+#include "tests/unit/daemon/config_parse.hpp"
 
 #include <doctest/doctest.h>
 
@@ -12,27 +13,9 @@ using namespace kvlane::daemon;
 using kvlane::backends::backend_config;
 using kvlane::backends::device_of;
 
-namespace {
-
-// Lines 1-3; snippets appended to it start at line 4.
-constexpr std::string_view minimal = "version = 1\n"
-                                     "[[model]]\n"
-                                     "name = \"m\"\n";
-
-config parse_ok(const std::string& text) {
-  auto sut = parse(text, "test.toml");
-  if (!sut)
-    FAIL("unexpected error: " << sut.error().message);
-  return *sut;
-}
-
-std::string parse_error(const std::string& text) {
-  auto sut = parse(text, "test.toml");
-  REQUIRE_FALSE(sut.has_value());
-  return sut.error().message;
-}
-
-} // namespace
+using test::minimal;
+using test::parse_ok;
+using test::parse_error_message;
 
 TEST_CASE("config device: unset, a model runs on its backend's default device") {
   const auto sut = parse_ok(std::string{minimal});
@@ -52,13 +35,13 @@ TEST_CASE("config device: two models naming one device share it, others keep the
 }
 
 TEST_CASE("config device: a bad device name is an error naming the key and its line") {
-  CHECK(parse_error(std::string{minimal} + "device = \"\"\n")
+  CHECK(parse_error_message(std::string{minimal} + "device = \"\"\n")
         == "test.toml:4: model[0].device: must be 1 to 64 characters from A-Z a-z 0-9 . _ - : / "
            "(got \"\")");
-  CHECK(parse_error(std::string{minimal} + "device = \"gpu 0\"\n").starts_with("test.toml:4: model[0].device: must be"));
-  CHECK(parse_error(std::string{minimal} + "device = \"" + std::string(65, 'x') + "\"\n")
+  CHECK(parse_error_message(std::string{minimal} + "device = \"gpu 0\"\n").starts_with("test.toml:4: model[0].device: must be"));
+  CHECK(parse_error_message(std::string{minimal} + "device = \"" + std::string(65, 'x') + "\"\n")
           .starts_with("test.toml:4: model[0].device: must be"));
-  CHECK(parse_error(std::string{minimal} + "device = 0\n").starts_with("test.toml:4: model[0].device:"));
+  CHECK(parse_error_message(std::string{minimal} + "device = 0\n").starts_with("test.toml:4: model[0].device:"));
 }
 
 TEST_CASE("config device: each backend's default device") {

@@ -2,6 +2,7 @@
 // (docs/config.md).
 
 #include "daemon/config.hpp"
+#include "tests/unit/daemon/config_parse.hpp"
 
 #include <doctest/doctest.h>
 
@@ -10,27 +11,9 @@
 using namespace kvlane::daemon;
 using namespace std::chrono_literals;
 
-namespace {
-
-// Lines 1-3; snippets appended to it start at line 4.
-constexpr std::string_view minimal = "version = 1\n"
-                                     "[[model]]\n"
-                                     "name = \"m\"\n";
-
-config parse_ok(const std::string& text) {
-  auto sut = parse(text, "test.toml");
-  if (!sut)
-    FAIL("unexpected error: " << sut.error().message);
-  return *sut;
-}
-
-std::string parse_error(const std::string& text) {
-  auto sut = parse(text, "test.toml");
-  REQUIRE_FALSE(sut.has_value());
-  return sut.error().message;
-}
-
-} // namespace
+using test::minimal;
+using test::parse_ok;
+using test::parse_error_message;
 
 TEST_CASE("config lifecycle: by default a model loads at start and unloads after 5 minutes idle") {
   const auto sut = parse_ok(std::string{minimal});
@@ -64,14 +47,14 @@ TEST_CASE("config lifecycle: keep_alive takes a duration, seconds, 0, -1 or \"pi
 }
 
 TEST_CASE("config lifecycle: a bad keep_alive names the key, its line and what is wrong") {
-  auto e = parse_error(std::string{minimal} + "keep_alive = \"5 minutes\"\n");
+  auto e = parse_error_message(std::string{minimal} + "keep_alive = \"5 minutes\"\n");
   CHECK_MESSAGE(e.find("model[0].keep_alive") != std::string::npos, e);
   CHECK_MESSAGE(e.find("test.toml:4") != std::string::npos, e);
   CHECK_MESSAGE(e.find("unknown unit") != std::string::npos, e);
-  e = parse_error(std::string{minimal} + "keep_alive = 1.5\n");
+  e = parse_error_message(std::string{minimal} + "keep_alive = 1.5\n");
   CHECK_MESSAGE(e.find("model[0].keep_alive") != std::string::npos, e);
   CHECK_MESSAGE(e.find("integer") != std::string::npos, e);
-  e = parse_error(std::string{minimal} + "load_at_start = \"no\"\n");
+  e = parse_error_message(std::string{minimal} + "load_at_start = \"no\"\n");
   CHECK_MESSAGE(e.find("model[0].load_at_start") != std::string::npos, e);
 }
 
@@ -83,11 +66,11 @@ TEST_CASE("config lifecycle: [models] is read, and more models at start than max
   CHECK_FALSE(sut.models[0].load_at_start);
   CHECK(sut.models[1].load_at_start);
 
-  auto e = parse_error(std::string{minimal} + "[[model]]\nname = \"n\"\n[models]\nmax_loaded = 1\n");
+  auto e = parse_error_message(std::string{minimal} + "[[model]]\nname = \"n\"\n[models]\nmax_loaded = 1\n");
   CHECK_MESSAGE(e.find("models.max_loaded") != std::string::npos, e);
   CHECK_MESSAGE(e.find("2 models load at start") != std::string::npos, e);
-  e = parse_error(std::string{minimal} + "[models]\nload_timeout_ms = 10\n");
+  e = parse_error_message(std::string{minimal} + "[models]\nload_timeout_ms = 10\n");
   CHECK_MESSAGE(e.find("models.load_timeout_ms") != std::string::npos, e);
-  e = parse_error(std::string{minimal} + "[models]\nmax_resident = 1\n");
+  e = parse_error_message(std::string{minimal} + "[models]\nmax_resident = 1\n");
   CHECK_MESSAGE(e.find("max_resident") != std::string::npos, e);
 }
