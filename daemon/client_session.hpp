@@ -229,6 +229,8 @@ private:
   std::unordered_map<std::uint64_t, request_state> requests_;
   std::vector<loaded_turn> loaded_turns_; ///< filled by load callbacks, drained by the loop
   std::uint64_t waits_ = 0;               ///< the last awaiting_load number handed out
+  /// loaded_turns_ may hold turns: the loop looks under mu_ only then.
+  std::atomic<bool> turns_loaded_{false};
   request_tracker tracker_;
 
   std::atomic<bool> doomed_{false};

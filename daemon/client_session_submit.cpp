@@ -186,17 +186,19 @@ void client_session::await_model(complete_submit c, const std::string& model) {
                       self->loaded_turns_.push_back(
                         loaded_turn{std::move(*turn), wait, got ? *got : nullptr,
                                     got ? std::string{} : got.error()});
+                      self->turns_loaded_.store(true, std::memory_order_release);
                     }
                     ipc::eventfd_signal(self->loop_wake_fd_);
                   });
 }
 
 void client_session::resume_loaded_turns() {
+  // Called on every pass of the gateway's loop: no lock unless a load answered.
+  if (!turns_loaded_.exchange(false, std::memory_order_acquire))
+    return;
   std::vector<loaded_turn> ready;
   {
     std::lock_guard lock{mu_};
-    if (loaded_turns_.empty())
-      return;
     ready.swap(loaded_turns_);
   }
   for (auto& t : ready) {
