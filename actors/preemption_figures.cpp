@@ -8,7 +8,7 @@ preemption_figures::preemption_figures(const cost_model& costs, const output_len
                                        const slo_targets* slo, std::size_t slot_holders,
                                        std::uint32_t prefill_chunk, bool dump_exposed)
   : costs_(costs), outputs_(outputs), slo_(slo), chunk_(std::max<std::uint32_t>(1, prefill_chunk)),
-    dump_exposed_(dump_exposed) {
+    others_(slot_holders > 0 ? slot_holders - 1 : 0), dump_exposed_(dump_exposed) {
   const auto base = costs.step_base_ms();
   const auto per_token = costs.step_per_token_ms();
   if (base && per_token) {
@@ -26,6 +26,9 @@ void preemption_figures::fill(const resident_progress& s, slot_candidate& c) con
   const auto evict = c.recompute_cheaper ? costs_.recompute_ms(s.kv_len)
                                          : costs_.swap_ms(s.snapshot_bytes, dump_exposed_);
   c.eviction_ms = evict.value_or(0.0);
+  // A re-prefill runs in the steps, and a transfer that stalls compute stops them.
+  if (c.recompute_cheaper || dump_exposed_)
+    c.others_delay_ms = c.eviction_ms * static_cast<double>(others_);
   if (!step_ms_)
     return;
   const auto prompt_left = s.kv_len < s.tokens ? s.tokens - s.kv_len : 0;

@@ -54,7 +54,9 @@ public:
                      std::uint32_t prefill_chunk, bool dump_exposed);
 
   /// A resident: fills `c`'s eviction_ms (the way c.recompute_cheaper says it
-  /// would go), expected_end_ms / end_at_most_ms and slack_ms, where known.
+  /// would go) and others_delay_ms (the eviction times the other slot holders
+  /// where it stalls the steps: a recompute, or a swap whose dump is exposed),
+  /// expected_end_ms / end_at_most_ms and slack_ms, where known.
   void fill(const resident_progress& s, slot_candidate& c) const;
   /// A waiting sequence (queued or parked, `parked` when its KV is in the
   /// store): fills `c`'s service_ms and slack_ms, where known.
@@ -76,6 +78,7 @@ private:
   std::optional<double> step_ms_;
   double per_token_ms_ = 0;
   std::uint32_t chunk_;
+  std::size_t others_; ///< slot holders besides one victim
   bool dump_exposed_;
 };
 

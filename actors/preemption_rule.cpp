@@ -30,6 +30,10 @@ bool eviction_breaks_victim(const preemption_case& c) noexcept {
   return c.eviction_ms + back_in > c.victim_slack_ms;
 }
 
+bool latency_saved(const preemption_case& c) noexcept {
+  return c.eviction_ms + c.others_delay_ms < c.wait_avoided_ms;
+}
+
 bool preemption_pays(const preemption_case& c) noexcept {
   if (!(c.eviction_ms > 0))
     return true; // nothing known (or nothing to pay): the rank order decides
@@ -39,10 +43,17 @@ bool preemption_pays(const preemption_case& c) noexcept {
     return false;
   if (eviction_saves_waiter(c))
     return c.waiter_outranks || !eviction_breaks_victim(c);
-  // A waiter that misses its objective either way is not helped at another's
-  // expense, but a higher class still goes first where the victim loses
-  // nothing that counts (an interactive request's wait stays short).
-  return c.waiter_outranks && eviction_misses_waiter_anyway(c) && !eviction_breaks_victim(c);
+  // A waiter whose objective the eviction does not decide is not helped at
+  // another's expense: it goes ahead only where the victim loses nothing that
+  // counts. One that misses it either way goes ahead only over a lower class
+  // (an interactive request's wait stays short); one that meets it anyway
+  // where the wait it avoids is more than the delay the eviction adds to
+  // everyone (latency, not objectives, decides).
+  if (eviction_breaks_victim(c))
+    return false;
+  if (eviction_misses_waiter_anyway(c))
+    return c.waiter_outranks;
+  return latency_saved(c);
 }
 
 } // namespace kvlane::actors

@@ -14,16 +14,19 @@
 //
 // Goodput: where the waiter's latency objective is known (its class's TTFT in
 // [scheduler.slo], how long it has waited, what its start costs), the
-// eviction must also save that objective: the waiter misses its TTFT if it
-// waits for a slot and meets it if the eviction goes ahead. A waiter that
-// meets its objective anyway gains nothing that counts and costs everyone the
-// eviction's device time; one that misses it either way is demoted, not
-// helped at others' expense, except over a lower class where the victim
-// loses no objective (so a late interactive request still goes ahead of batch
-// work with time to spare). And the victim must not lose an objective it
-// would otherwise meet (its TPOT, or its TTFT while it has no token yet),
-// unless the waiter is of a higher class (an interactive request over a batch
-// one).
+// objectives decide who may pay for whom. An eviction that saves the waiter's
+// objective (it misses its TTFT if it waits for a slot and meets it if the
+// eviction goes ahead) goes ahead unless it costs the victim an objective the
+// victim would otherwise meet (its TPOT, or its TTFT while it has no token
+// yet); a waiter of a higher class (an interactive request over a batch one)
+// may cost it that too. An eviction that does not decide the waiter's
+// objective never costs the victim one: a waiter that meets its objective
+// anyway still starts sooner where the victim keeps its own and the wait it
+// avoids is more than all the eviction delays (the victim's restart, and
+// every other slot holder's stall where the transfer or re-prefill stops the
+// steps): the wait is latency users see. One that misses it either
+// way is demoted, and evicts only a lower class (so a late interactive
+// request still goes ahead of batch work with time to spare).
 //
 // Unknown figures (a cost model that has measured nothing yet, a resident
 // with no estimate) leave the choice to the rank order: the eviction goes
@@ -52,6 +55,10 @@ struct preemption_case {
   /// Expected wait of the waiting sequence for a slot without evicting: the
   /// soonest expected end among the residents. `unknown` if not known.
   double wait_avoided_ms = unknown;
+  /// What the eviction adds to the other slot holders' runs, summed (its
+  /// transfers or re-prefill where they stall every step; 0 where a lane
+  /// hides them).
+  double others_delay_ms = 0;
 
   // -- goodput: all unknown leaves the rule above alone -----------------------------
 
@@ -74,6 +81,10 @@ bool preemption_pays(const preemption_case& c) noexcept;
 /// (it misses it waiting for the slot, meets it with the eviction). Unknown
 /// figures: true.
 bool eviction_saves_waiter(const preemption_case& c) noexcept;
+
+/// Whether the eviction cuts the total wait: the waiter's avoided wait is
+/// more than the eviction plus the delay it adds to the other slot holders.
+bool latency_saved(const preemption_case& c) noexcept;
 
 /// Whether the waiter misses its objective even with the eviction (its slack
 /// is shorter than the eviction). Unknown figures: false.

@@ -118,6 +118,7 @@ private:
                                        double wait_avoided_ms) {
     preemption_case c{victim.eviction_ms, victim.expected_end_ms, victim.end_at_most_ms,
                       wait_avoided_ms};
+    c.others_delay_ms = victim.others_delay_ms;
     c.victim_slack_ms = victim.slack_ms;
     if (waiter) {
       c.waiter_service_ms = waiter->service_ms;

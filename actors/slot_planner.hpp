@@ -68,6 +68,9 @@ struct slot_candidate {
   // Residents, for preemption_pays (actors/preemption_rule); the defaults
   // (nothing known) leave every eviction to the rank order.
   double eviction_ms = 0; ///< what evicting it costs, the way recompute_cheaper says
+  /// What the eviction adds to the other slot holders' runs, summed: its
+  /// transfers or re-prefill where they stall the steps, else 0.
+  double others_delay_ms = 0;
   double expected_end_ms = preemption_case::unknown; ///< until it ends if left alone
   double end_at_most_ms = preemption_case::unknown;  ///< until it ends at the latest
   // Goodput figures (actors/preemption_rule), unknown where not known.

@@ -33,18 +33,21 @@ TEST_CASE("preemption_figures: a decoding resident ends after the output its pee
   CHECK(c.expected_end_ms == doctest::Approx(20 * step)); // mean of 20 and 40, less the 10 done
   CHECK(c.end_at_most_ms == doctest::Approx(40 * step));
   CHECK(c.eviction_ms == doctest::Approx(16.0)); // the load; the dump runs beside the steps
+  CHECK(c.others_delay_ms == 0.0);               // and nobody else waits for either
 }
 
 TEST_CASE("preemption_figures: a swap that stalls compute costs its dump too, a recompute its "
-          "prefill") {
+          "prefill, and either delays every other slot holder by as much") {
   const auto costs = fixed();
   output_lengths outputs;
   slot_candidate swap{1, kv_state::resident, slot_id{0}, false, false};
   preemption_figures{costs, outputs, &slo, 4, 128, true}.fill({100, 100, 10, 50, 2 * mib}, swap);
   CHECK(swap.eviction_ms == doctest::Approx(2 * (16.0 + 30.0)));
+  CHECK(swap.others_delay_ms == doctest::Approx(3 * 2 * (16.0 + 30.0))); // the 3 other holders stall
   slot_candidate recompute{1, kv_state::resident, slot_id{0}, false, true};
-  preemption_figures{costs, outputs, &slo, 4, 128, true}.fill({100, 100, 10, 50, 2 * mib}, recompute);
+  preemption_figures{costs, outputs, &slo, 4, 128, false}.fill({100, 100, 10, 50, 2 * mib}, recompute);
   CHECK(recompute.eviction_ms == doctest::Approx(0.5 * 100));
+  CHECK(recompute.others_delay_ms == doctest::Approx(3 * 0.5 * 100)); // its re-prefill is in their steps
 }
 
 TEST_CASE("preemption_figures: a resident still prefilling has its chunks left ahead of its "

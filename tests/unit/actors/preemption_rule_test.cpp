@@ -54,17 +54,44 @@ preemption_case goodput_case(double waiter_slack, double victim_slack) {
 
 } // namespace
 
-TEST_CASE("preemption_rule: an eviction goes ahead only when it saves the waiter's objective: "
-          "it misses it waiting and meets it with the eviction") {
-  CHECK(preemption_pays(goodput_case(500, 1e9)));   // waiting 1 s misses, 40 ms meets
-  CHECK_FALSE(preemption_pays(goodput_case(1000, 1e9))); // meets it anyway by waiting
+TEST_CASE("preemption_rule: an eviction that saves the waiter's objective goes ahead; one that "
+          "does not goes ahead only for a waiter that meets it anyway") {
+  CHECK(preemption_pays(goodput_case(500, 1e9)));  // waiting 1 s misses, 40 ms meets
+  CHECK(preemption_pays(goodput_case(1000, 1e9))); // meets it anyway: starts sooner, no one loses
   CHECK_FALSE(preemption_pays(goodput_case(30, 1e9)));   // misses it either way: demoted
   CHECK_FALSE(preemption_pays(goodput_case(-5, 1e9)));   // already past it
   CHECK(preemption_pays(goodput_case(preemption_case::unknown, 1e9))); // not known: rank order
 }
 
-TEST_CASE("preemption_rule: an eviction that breaks the victim's objective goes ahead only for "
-          "a waiter of a higher class") {
+TEST_CASE("preemption_rule: a waiter that meets its objective anyway never costs the victim its "
+          "own, whatever its class") {
+  // The victim stalls for the eviction and until a slot frees (1 s here): 1,040 ms.
+  CHECK(preemption_pays(goodput_case(1000, 1040)));
+  CHECK_FALSE(preemption_pays(goodput_case(1000, 1039)));
+  auto higher = goodput_case(1000, 1039);
+  higher.waiter_outranks = true;
+  CHECK_FALSE(preemption_pays(higher));
+  // Still the cost first: an eviction dearer than the wait it avoids never pays.
+  auto dear = goodput_case(1000, 1e9);
+  dear.eviction_ms = 1000;
+  CHECK_FALSE(preemption_pays(dear));
+}
+
+TEST_CASE("preemption_rule: for a waiter that meets its objective anyway, the delay the eviction "
+          "adds to the other slot holders counts against the wait it avoids") {
+  auto stalls = goodput_case(1000, 1e9); // 40 ms eviction, 1 s wait avoided
+  stalls.others_delay_ms = 959;          // 40 + 959 < 1000: still cuts the total wait
+  CHECK(preemption_pays(stalls));
+  stalls.others_delay_ms = 960;
+  CHECK_FALSE(preemption_pays(stalls));
+  // Where the eviction decides the waiter's objective, the objective decides.
+  auto saves = goodput_case(500, 1e9);
+  saves.others_delay_ms = 5000;
+  CHECK(preemption_pays(saves));
+}
+
+TEST_CASE("preemption_rule: an eviction that saves the waiter's objective but breaks the "
+          "victim's goes ahead only for a waiter of a higher class") {
   // The victim stalls for the eviction and until a slot frees (1 s here): 1,040 ms.
   CHECK(preemption_pays(goodput_case(500, 1040)));
   CHECK_FALSE(preemption_pays(goodput_case(500, 1039)));
@@ -88,9 +115,6 @@ TEST_CASE("preemption_rule: a waiter that misses its objective either way evicts
   auto late_tight = goodput_case(-5, 1039); // the victim would stall past its slack
   late_tight.waiter_outranks = true;
   CHECK_FALSE(preemption_pays(late_tight));
-  auto anyway = goodput_case(1000, 1e9); // meets it by waiting: nothing to gain
-  anyway.waiter_outranks = true;
-  CHECK_FALSE(preemption_pays(anyway));
 }
 
 TEST_CASE("preemption_rule: restoring the spare for no waiter is vetoed only by the victim's "
