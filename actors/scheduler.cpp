@@ -289,15 +289,20 @@ private:
     const auto slots = st_.info.slots;
     if (st_.mode == scheduler_mode::fcfs || slots == 0)
       return slots;
-    return std::max(1u, slots - std::min(st_.spare, slots - 1));
+    return std::max(1u, slots - std::min(kept_spare(), slots - 1));
   }
 
   std::uint32_t spare_wanted() const {
     const auto slots = st_.info.slots;
     if (st_.mode == scheduler_mode::fcfs || slots == 0)
       return 0;
-    return std::min(st_.spare, slots - 1);
+    return std::min(kept_spare(), slots - 1);
   }
+
+  /// Where transfers stall compute, restoring a spare costs every slot holder
+  /// the same dump a new interactive request's eviction would, and the spare
+  /// saves that request only the dump's time: no slot is held spare there.
+  std::uint32_t kept_spare() const noexcept { return st_.serialized ? 0 : st_.spare; }
 
   // While a step fault is being handled nothing is admitted or preempted
   // (the rows under retry or isolation keep their slots); a failing device
@@ -377,7 +382,7 @@ private:
       [this](const sequence& s) { return would_recompute(s); }};
     if (gated)
       st_.stats.demoted += demote_hopeless(st_.seqs, figures, inputs, st_.slo, now);
-    const auto spare_slots = st_.rules.keeps_spare ? st_.spare : 0;
+    const auto spare_slots = st_.rules.keeps_spare ? kept_spare() : 0;
     const auto target = plan_target_size(st_.info.slots, spare_slots, st_.rules.preempts);
     auto order = st_.seqs.best_ranked(limit != 0 ? std::min(limit, target) : target);
     life_.take_warm_hits(limit, now);
@@ -528,7 +533,7 @@ caf::behavior scheduler_behavior(scheduler_actor* self, scheduler_setup setup) {
   apply_policy(st, setup.policy);
   if (st.fallback)
     st.log->info("model '{}': backend cannot overlap transfers with compute; "
-                 "using serialized switches with 4x longer quanta below level 0",
+                 "using serialized switches with 4x longer quanta below level 0 and no spare slot",
                  setup.model);
   st.compute = spawn_lane(self->system(), setup.model + "/compute", setup.backend, setup.store,
                           setup.compute_heartbeat,

@@ -165,6 +165,32 @@ TEST_CASE("scheduler: a new interactive request takes the spare slot without wai
   sut.check_nothing_leaked();
 }
 
+TEST_CASE("scheduler: where transfers stall compute (sync), no slot is held spare: every slot "
+          "serves a batch request and none is dumped to free one") {
+  engine_fixture sut{test::small_config(scheduler_mode::sync, 3)};
+  auto reqs = workload(3);
+  std::vector<std::shared_ptr<actors::token_stream>> streams;
+  for (auto& r : reqs) {
+    r.priority = priority_class::batch;
+    r.sampling.max_tokens = 200;
+    auto s = sut.engine->submit(r);
+    REQUIRE(s.has_value());
+    streams.push_back(*s);
+  }
+  for (auto& s : streams)
+    REQUIRE(sut.log.wait(s->id(), seq_phase::resident));
+  for (auto& s : streams)
+    REQUIRE(s->next(10s).has_value()); // all three decode at once
+  for (auto& s : streams)
+    s->cancel();
+  for (auto& s : streams)
+    REQUIRE(s->collect(10s).has_value());
+  for (auto& [id, phase] : sut.log.events())
+    CHECK(phase != seq_phase::dumping);
+  CHECK(sut.stats().preemptions == 0);
+  sut.check_nothing_leaked();
+}
+
 namespace {
 
 // Slow transfers (10 ms of wall time each) so a cancel lands inside them.
