@@ -289,20 +289,15 @@ private:
     const auto slots = st_.info.slots;
     if (st_.mode == scheduler_mode::fcfs || slots == 0)
       return slots;
-    return std::max(1u, slots - std::min(kept_spare(), slots - 1));
+    return std::max(1u, slots - std::min(st_.spare, slots - 1));
   }
 
   std::uint32_t spare_wanted() const {
     const auto slots = st_.info.slots;
     if (st_.mode == scheduler_mode::fcfs || slots == 0)
       return 0;
-    return std::min(kept_spare(), slots - 1);
+    return std::min(st_.spare, slots - 1);
   }
-
-  /// Where transfers stall compute, restoring a spare costs every slot holder
-  /// the same dump a new interactive request's eviction would, and the spare
-  /// saves that request only the dump's time: no slot is held spare there.
-  std::uint32_t kept_spare() const noexcept { return st_.serialized ? 0 : st_.spare; }
 
   // While a step fault is being handled nothing is admitted or preempted
   // (the rows under retry or isolation keep their slots); a failing device
@@ -382,7 +377,7 @@ private:
       [this](const sequence& s) { return would_recompute(s); }};
     if (gated)
       st_.stats.demoted += demote_hopeless(st_.seqs, figures, inputs, st_.slo, now);
-    const auto spare_slots = st_.rules.keeps_spare ? kept_spare() : 0;
+    const auto spare_slots = st_.rules.keeps_spare ? st_.spare : 0;
     const auto target = plan_target_size(st_.info.slots, spare_slots, st_.rules.preempts);
     auto order = st_.seqs.best_ranked(limit != 0 ? std::min(limit, target) : target);
     life_.take_warm_hits(limit, now);
@@ -501,7 +496,10 @@ void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
   st.mlfq.set_knobs({p.quantum_steps, p.levels, p.aging_steps});
   st.max_step_tokens = p.max_step_tokens;
   st.batch_prefill_yields = p.batch_prefill_yields;
-  st.spare = p.spare_slots;
+  // Where transfers stall compute, restoring a spare costs every slot holder
+  // the same dump a new interactive request's eviction would, and the spare
+  // saves that request only the dump's time: no slot is held spare there.
+  st.spare = st.serialized ? 0 : p.spare_slots;
   st.slo = p.slo;
   st.slo_gates = p.slo_gates_preemption;
   st.costs.set_alpha(p.ewma_alpha);
