@@ -193,22 +193,25 @@ std::vector<std::uint64_t> kv_keeper::warm_heads() const {
 }
 
 kv_jobs kv_keeper::reclaim_warm(std::uint32_t wanted, std::uint32_t free, std::uint32_t promised,
-                                std::uint32_t transfers_pending) {
+                                lane_backlog backlog, const cost_model& costs) {
   kv_jobs jobs;
   while (free + promised < wanted) {
     const auto coldest = retained_.coldest_warm();
     if (!coldest)
       break;
-    // A dump queued here is pending on the lane for the rest of the round.
-    if (reuse_.mode == reuse_mode::store && transfers_pending + jobs.transfers.size() == 0
-        && dump_retained(*coldest, jobs)) {
-      ++promised;
-      continue;
+    if (reuse_.mode == reuse_mode::store && retained_dump_pays(*coldest, backlog, costs)) {
+      if (auto job = dump_retained(*coldest, jobs)) {
+        // Queued here, it is on the lane for the rest of the round.
+        ++backlog.transfers;
+        backlog.dump_bytes += snapshot_size(job->cache_len);
+        ++promised;
+        continue;
+      }
     }
     drop_warm(*coldest);
     ++free;
   }
-  while (flushing_ && transfers_pending + jobs.transfers.size() == 0) {
+  while (flushing_ && backlog.transfers + jobs.transfers.size() == 0) {
     const auto coldest = retained_.coldest_warm();
     if (!coldest)
       break;
@@ -217,6 +220,24 @@ kv_jobs kv_keeper::reclaim_warm(std::uint32_t wanted, std::uint32_t free, std::u
     drop_warm(*coldest);
   }
   return jobs;
+}
+
+bool kv_keeper::retained_dump_pays(retained_id id, const lane_backlog& backlog,
+                                   const cost_model& costs) const {
+  if (backlog.transfers == 0)
+    return true;
+  const auto* e = retained_.find(id);
+  if (e == nullptr)
+    return false;
+  const auto queued_dumps = backlog.dump_bytes ? costs.dump_ms(backlog.dump_bytes)
+                                               : std::optional<double>{0.0};
+  const auto queued_loads = backlog.load_bytes ? costs.load_ms(backlog.load_bytes)
+                                               : std::optional<double>{0.0};
+  const auto dump = costs.dump_ms(snapshot_size(e->kv_len));
+  const auto prefill = costs.recompute_ms(e->kv_len);
+  if (!queued_dumps || !queued_loads || !dump || !prefill)
+    return false;
+  return *queued_dumps + *queued_loads + *dump < *prefill;
 }
 
 void kv_keeper::drop_warm(retained_id id) {

@@ -29,6 +29,7 @@
 #include "actors/messages.hpp"
 #include "actors/retention.hpp"
 #include "actors/reuse_policy.hpp"
+#include "actors/transfer_tracker.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -176,10 +177,13 @@ public:
   /// promised < wanted` (free: slots neither held nor warm; promised: slots
   /// whose dump is under way; wanted: target sequences without a slot plus
   /// the spare), the coldest warm entry is dumped into the store when the
-  /// mode is store, the dump lane has nothing pending and the store has room
-  /// (its slot frees when the dump ends), else dropped at once.
+  /// mode is store, the store has room and the dump pays (its slot frees when
+  /// the dump ends), else dropped at once. The dump pays when the lane is
+  /// idle, or when waiting behind `backlog` plus the dump itself costs less
+  /// than re-prefilling the entry when its conversation comes back (both by
+  /// `costs`; unmeasured figures: only an idle lane).
   kv_jobs reclaim_warm(std::uint32_t wanted, std::uint32_t free, std::uint32_t promised,
-                       std::uint32_t transfers_pending);
+                       lane_backlog backlog, const cost_model& costs);
 
   /// The daemon is about to stop: from now on every reclaim_warm dumps the
   /// coldest warm entry into the store whenever the lane is idle (one the
@@ -254,6 +258,9 @@ private:
   void discard(std::optional<slot_id> slot, std::optional<ipc::snapshot_handle> snapshot,
                bool dumping);
   void drop_warm(retained_id id);
+  /// reclaim_warm's test: dumping retained entry `id` behind `backlog` pays.
+  bool retained_dump_pays(retained_id id, const lane_backlog& backlog,
+                          const cost_model& costs) const;
   transfer_job_ptr dump_retained(retained_id id, kv_jobs& jobs);
   void forget_retained_snapshot(ipc::snapshot_handle h);
   void forget_evicted(const std::vector<ipc::evicted_snapshot>& evicted, kv_jobs& jobs);

@@ -231,7 +231,7 @@ public:
 
   void send_transfer(transfer_job_ptr job) override {
     auto& lane = st_.transfers.lane() == transfer_lane::compute ? st_.compute : st_.transfer;
-    st_.transfers.started(*job);
+    st_.transfers.started(*job, st_.setup.backend->snapshot_size(job->cache_len));
     self_->request(lane, caf::infinite, transfer_atom::value, std::move(job))
       .then([self = self_](transfer_done_ptr done) {
               planned(self, &scheduler_logic::on_transfer_done, *done);

@@ -53,11 +53,11 @@ bool sequence_lifecycle::stop(seq_id id, std::uint32_t generated, std::uint32_t 
 
 bool sequence_lifecycle::transfer_ended(const transfer_done& done, double hidden_ms,
                                         time_point now) {
-  t_.transfers.finished(done.job);
+  const auto bytes = t_.kv.snapshot_size(done.job.cache_len);
+  t_.transfers.finished(done.job, bytes);
   const double ms = ms_between(done.start, done.end);
   t_.stats.transfer_ms += ms;
   t_.stats.transfer_hidden_ms += hidden_ms;
-  const auto bytes = t_.kv.snapshot_size(done.job.cache_len);
   auto* s = t_.seqs.find(done.job.seq);
   const bool dump = done.job.kind == transfer_kind::dump;
   (dump ? t_.stats.dump_ms_total : t_.stats.load_ms_total) += ms;
@@ -423,7 +423,7 @@ void sequence_lifecycle::reclaim_warm(const std::vector<sequence*>& order, std::
   for (slot_id i = 0; i < owners.size(); ++i)
     free += !owners[i] && !t_.kv.warm_in(i);
   carry_out(t_.kv.reclaim_warm(waiting + spare, free, t_.transfers.promised_slots(),
-                               t_.transfers.pending()));
+                               t_.transfers.backlog(), t_.costs));
 }
 
 // A queued sequence just given `s.slot` starts from retained KV if it can.

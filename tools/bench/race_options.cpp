@@ -48,7 +48,8 @@ over HTTP (docs/benchmarks.md, "Raced against llama-server"):
                           all; the race keeps 0.01 of its conversations unless given)
   --decode-tokens N       decode workload: output tokens (default 256)
   --decode-prompt N       decode workload: prompt tokens (default 32)
-  --repeats N             decode and prefill workloads: requests, one at a time (default 3)
+  --repeats N             decode and prefill workloads: requests, one at a time (default 8;
+                          the figure is their median)
   --output-scale F        trace workloads: output lengths x F (race default 0.25, else 1)
   Race arrivals: --load L (default 1.0) against the capacity the first server's decode
   and prefill speeds imply, or --rate-scale X; --input-scale (default: fitted to

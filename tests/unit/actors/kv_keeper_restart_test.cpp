@@ -17,6 +17,11 @@ namespace {
 
 constexpr std::uint64_t kib = 1024;
 const auto t0 = std::chrono::steady_clock::time_point{} + 1h;
+
+/// The lane with `n` transfers queued. Under an unmeasured cost model a dump
+/// behind a busy lane never pays, so only an idle lane takes one.
+lane_backlog busy(std::uint32_t n) { return lane_backlog{n, 0, 0}; }
+const cost_model unmeasured;
 const ipc::kv_fingerprint loaded{0xF11E, 0x70C, 0x1A7, "sim", "chatml"};
 
 std::shared_ptr<ipc::snapshot_store> store_on(ipc::memfd_arena arena,
@@ -72,7 +77,7 @@ std::pair<int, int> first_run(const ipc::kv_fingerprint& fp) {
   auto store = store_on(std::move(*arena), fp);
   auto keeper = make_keeper(store);
   REQUIRE(keeper.retain(1000, "chat", conversation(), 0, t0));
-  auto jobs = keeper.reclaim_warm(1, 0, 0, 0);
+  auto jobs = keeper.reclaim_warm(1, 0, 0, lane_backlog{}, unmeasured);
   REQUIRE(jobs.transfers.size() == 1);
   const auto& dump = *jobs.transfers[0];
   std::memset(dump.destination.data(), 0x5A, dump.destination.size());
@@ -211,11 +216,11 @@ TEST_CASE("kv_keeper: flushing before a stop dumps every warm entry, one while t
   REQUIRE(sut.retain(1000, "", a, 0, t0));
   REQUIRE(sut.retain(1000, "", b, 1, t0 + 1s));
   // Nothing is wanted: without the flush both stay warm.
-  CHECK(sut.reclaim_warm(0, 2, 0, 0).transfers.empty());
+  CHECK(sut.reclaim_warm(0, 2, 0, lane_backlog{}, unmeasured).transfers.empty());
   sut.flush_warm();
-  CHECK(sut.reclaim_warm(0, 2, 0, 1).transfers.empty()); // the lane is busy: wait
+  CHECK(sut.reclaim_warm(0, 2, 0, busy(1), unmeasured).transfers.empty()); // the lane is busy: wait
   for (int round = 0; round < 2; ++round) {
-    auto jobs = sut.reclaim_warm(0, 2, 0, 0);
+    auto jobs = sut.reclaim_warm(0, 2, 0, lane_backlog{}, unmeasured);
     REQUIRE(jobs.transfers.size() == 1);
     REQUIRE(store->seal(jobs.transfers[0]->snapshot));
     REQUIRE(sut.retained_dump_done(*jobs.transfers[0], true));
@@ -223,5 +228,5 @@ TEST_CASE("kv_keeper: flushing before a stop dumps every warm entry, one while t
   CHECK(sut.warm_count() == 0);
   CHECK(sut.counters().retained_dropped == 0);
   CHECK(store->stats().retained_snapshots == 2);
-  CHECK(sut.reclaim_warm(0, 2, 0, 0).transfers.empty());
+  CHECK(sut.reclaim_warm(0, 2, 0, lane_backlog{}, unmeasured).transfers.empty());
 }

@@ -15,6 +15,11 @@ namespace {
 constexpr std::uint64_t kib = 1024;
 const auto t0 = std::chrono::steady_clock::time_point{} + 1h;
 
+/// The lane with `n` transfers queued. Under an unmeasured cost model a dump
+/// behind a busy lane never pays, so only an idle lane takes one.
+lane_backlog busy(std::uint32_t n) { return lane_backlog{n, 0, 0}; }
+const cost_model unmeasured;
+
 /// A store whose limit holds `granules` snapshots of 64 tokens (64 KiB each).
 std::shared_ptr<ipc::snapshot_store> make_store(std::uint64_t granules) {
   auto arena = ipc::memfd_arena::create("kvlane-test-keeper", 1024 * kib);
@@ -78,7 +83,7 @@ void park(kv_keeper& sut, ipc::snapshot_store& store, seq_id id, std::uint8_t pr
 } // namespace
 
 TEST_CASE("kv_keeper: the coldest warm entry is dumped while the lane is idle, the next dropped "
-          "while the lane is busy") {
+          "while the lane is busy and the cost model has no figures") {
   auto store = make_store(8);
   auto sut = make_keeper(store);
   const auto a = run(64, 1), b = run(64, 1000);
@@ -87,7 +92,7 @@ TEST_CASE("kv_keeper: the coldest warm entry is dumped while the lane is idle, t
   CHECK(sut.warm_count() == 2);
 
   // One slot wanted, none free or promised, the lane idle: the colder entry (a) is dumped.
-  auto jobs = sut.reclaim_warm(1, 0, 0, 0);
+  auto jobs = sut.reclaim_warm(1, 0, 0, lane_backlog{}, unmeasured);
   REQUIRE(jobs.transfers.size() == 1);
   const auto dump = jobs.transfers[0];
   CHECK(dump->kind == transfer_kind::dump);
@@ -98,11 +103,11 @@ TEST_CASE("kv_keeper: the coldest warm entry is dumped while the lane is idle, t
   CHECK(sut.counters().retained_dumps == 1);
 
   // Covered by the promised slot: nothing more goes.
-  CHECK(sut.reclaim_warm(1, 0, 1, 1).transfers.empty());
+  CHECK(sut.reclaim_warm(1, 0, 1, busy(1), unmeasured).transfers.empty());
   CHECK(sut.warm_in(1));
 
   // A second slot wanted while the lane runs that dump: b is dropped at once.
-  jobs = sut.reclaim_warm(2, 0, 1, 1);
+  jobs = sut.reclaim_warm(2, 0, 1, busy(1), unmeasured);
   CHECK(jobs.transfers.empty());
   CHECK_FALSE(sut.warm_in(1));
   CHECK(sut.counters().retained_dropped == 1);
@@ -119,11 +124,47 @@ TEST_CASE("kv_keeper: the coldest warm entry is dumped while the lane is idle, t
   CHECK(m->length == 64);
 }
 
+TEST_CASE("kv_keeper: behind a busy lane a warm entry is dumped when the wait plus its dump costs "
+          "less than re-prefilling it, else dropped") {
+  // 64 tokens: 64 KiB (make_keeper), 64 ms to prefill, 6.25 ms to dump.
+  cost_figures f;
+  f.step_per_token_ms = 1.0;
+  f.dump_ms_per_mib = 100.0;
+  f.load_ms_per_mib = 100.0;
+  cost_model costs;
+  costs.fix(f);
+  auto store = make_store(8);
+  auto sut = make_keeper(store);
+  const auto a = run(64, 1), b = run(64, 1000), c = run(64, 2000);
+  REQUIRE(sut.retain(1, "", a, 0, t0));
+  REQUIRE(sut.retain(1, "", b, 1, t0 + 1s));
+  REQUIRE(sut.retain(1, "", c, 2, t0 + 2s));
+
+  // Two slots wanted. Queued: a 256 KiB dump and a 64 KiB load (25 + 6.25 ms). The first
+  // entry waits 31.25 + 6.25 ms < 64: dumped. The second waits behind that one too
+  // (43.75 + 6.25 ms < 64): dumped.
+  auto jobs = sut.reclaim_warm(2, 0, 0, lane_backlog{2, 256 * kib, 64 * kib}, costs);
+  REQUIRE(jobs.transfers.size() == 2);
+  CHECK(jobs.transfers[0]->slot == 0);
+  CHECK(jobs.transfers[1]->slot == 1);
+  CHECK(sut.warm_in(0));
+  CHECK(sut.warm_in(1));
+  CHECK(sut.counters().retained_dumps == 2);
+  CHECK(sut.counters().retained_dropped == 0);
+
+  // A third slot wanted behind 640 KiB of dumps (62.5 + 6.25 ms >= 64): c is dropped.
+  jobs = sut.reclaim_warm(3, 0, 2, lane_backlog{3, 640 * kib, 0}, costs);
+  CHECK(jobs.transfers.empty());
+  CHECK_FALSE(sut.warm_in(2));
+  CHECK(sut.counters().retained_dropped == 1);
+  CHECK_FALSE(sut.find_reusable(1, next_turn(c)).has_value());
+}
+
 TEST_CASE("kv_keeper: warm entries are dropped, not dumped, when reuse keeps KV in slots only") {
   auto store = make_store(8);
   auto sut = make_keeper(store, knobs(reuse_mode::slot));
   REQUIRE(sut.retain(1, "", run(64, 1), 2, t0));
-  const auto jobs = sut.reclaim_warm(1, 0, 0, 0);
+  const auto jobs = sut.reclaim_warm(1, 0, 0, lane_backlog{}, unmeasured);
   CHECK(jobs.transfers.empty());
   CHECK_FALSE(sut.warm_in(2));
   CHECK(sut.counters().retained_dropped == 1);
@@ -138,7 +179,7 @@ TEST_CASE("kv_keeper: a full store evicts the retained snapshot before any parke
   // A retained entry stored: retain, dump, seal.
   const auto r = run(64, 500);
   REQUIRE(sut.retain(1, "", r, 1, t0));
-  auto jobs = sut.reclaim_warm(1, 0, 0, 0);
+  auto jobs = sut.reclaim_warm(1, 0, 0, lane_backlog{}, unmeasured);
   REQUIRE(jobs.transfers.size() == 1);
   seal(*store, *jobs.transfers[0]);
   REQUIRE(sut.retained_dump_done(*jobs.transfers[0], true));
@@ -182,7 +223,7 @@ TEST_CASE("kv_keeper: a stored prefix is loaded when the load beats the prefill,
   auto sut = make_keeper(store);
   const auto a = run(64, 1);
   REQUIRE(sut.retain(1, "", a, 0, t0));
-  auto jobs = sut.reclaim_warm(1, 0, 0, 0);
+  auto jobs = sut.reclaim_warm(1, 0, 0, lane_backlog{}, unmeasured);
   REQUIRE(jobs.transfers.size() == 1);
   seal(*store, *jobs.transfers[0]);
   REQUIRE(sut.retained_dump_done(*jobs.transfers[0], true));
@@ -281,7 +322,7 @@ TEST_CASE("kv_keeper: an admin drop by session removes only that session's entri
   REQUIRE(sut.retain(1, "other", run(64, 1000), 1, t0));
   REQUIRE(sut.retain(2, "chat", run(64, 2000), 2, t0));
   // Store the first one so that the drop frees a snapshot too.
-  auto jobs = sut.reclaim_warm(1, 0, 0, 0);
+  auto jobs = sut.reclaim_warm(1, 0, 0, lane_backlog{}, unmeasured);
   REQUIRE(jobs.transfers.size() == 1);
   seal(*store, *jobs.transfers[0]);
   REQUIRE(sut.retained_dump_done(*jobs.transfers[0], true));

@@ -80,7 +80,7 @@ TEST_CASE("scheduler_report: statistics count sequences by state and class, and 
   // One entry warm in slot 1, one stored (dumped from slot 2).
   REQUIRE(f.keeper->retain(1, "", run(40, 100), 1, t0));
   REQUIRE(f.keeper->retain(1, "", run(40, 200), 2, t0 - 1s));
-  auto jobs = f.keeper->reclaim_warm(1, 0, 0, 0);
+  auto jobs = f.keeper->reclaim_warm(1, 0, 0, lane_backlog{}, cost_model{});
   REQUIRE(jobs.transfers.size() == 1);
   REQUIRE(f.store->seal(jobs.transfers[0]->snapshot));
   REQUIRE(f.keeper->retained_dump_done(*jobs.transfers[0], true));

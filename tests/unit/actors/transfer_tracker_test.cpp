@@ -21,17 +21,17 @@ TEST_CASE("transfer_tracker: transfers count as pending on the compute lane when
   CHECK(overlapped.lane() == transfer_lane::transfer);
   const auto dump = job_of(transfer_kind::dump);
   const auto load = job_of(transfer_kind::load);
-  overlapped.started(dump);
-  overlapped.started(load);
+  overlapped.started(dump, 1024);
+  overlapped.started(load, 1024);
   CHECK(overlapped.pending() == 2);
   CHECK(overlapped.pending_on(transfer_lane::transfer) == 2);
   CHECK(overlapped.pending_on(transfer_lane::compute) == 0);
-  overlapped.finished(load);
+  overlapped.finished(load, 1024);
   CHECK(overlapped.pending() == 1);
 
   transfer_tracker serialized{true};
   CHECK(serialized.lane() == transfer_lane::compute);
-  serialized.started(load);
+  serialized.started(load, 1024);
   CHECK(serialized.pending() == 1);
   CHECK(serialized.pending_on(transfer_lane::compute) == 1);
   CHECK(serialized.pending_on(transfer_lane::transfer) == 0);
@@ -43,18 +43,43 @@ TEST_CASE("transfer_tracker: a dump under way promises its slot until it ends, a
   const auto seq_dump = job_of(transfer_kind::dump);
   const auto retained_dump = job_of(transfer_kind::dump, 7);
   const auto load = job_of(transfer_kind::load);
-  sut.started(seq_dump);
-  sut.started(retained_dump);
-  sut.started(load);
+  sut.started(seq_dump, 1024);
+  sut.started(retained_dump, 1024);
+  sut.started(load, 1024);
   CHECK(sut.promised_slots() == 2);
   CHECK(sut.sequence_dumps() == 1);
   CHECK(sut.retained_dumps() == 1);
   CHECK(sut.loads() == 1);
-  sut.finished(retained_dump);
+  sut.finished(retained_dump, 1024);
   CHECK(sut.promised_slots() == 1);
   CHECK(sut.retained_dumps() == 0);
-  sut.finished(seq_dump);
-  sut.finished(load);
+  sut.finished(seq_dump, 1024);
+  sut.finished(load, 1024);
   CHECK(sut.promised_slots() == 0);
   CHECK(sut.pending() == 0);
+}
+
+TEST_CASE("transfer_tracker: the backlog counts the bytes of the dumps and of the loads queued or "
+          "running, until each ends") {
+  transfer_tracker sut;
+  const auto dump = job_of(transfer_kind::dump);
+  const auto retained_dump = job_of(transfer_kind::dump, 7);
+  const auto load = job_of(transfer_kind::load);
+  sut.started(dump, 4096);
+  sut.started(retained_dump, 1024);
+  sut.started(load, 512);
+  auto b = sut.backlog();
+  CHECK(b.transfers == 3);
+  CHECK(b.dump_bytes == 5120);
+  CHECK(b.load_bytes == 512);
+  sut.finished(dump, 4096);
+  b = sut.backlog();
+  CHECK(b.transfers == 2);
+  CHECK(b.dump_bytes == 1024);
+  sut.finished(retained_dump, 1024);
+  sut.finished(load, 512);
+  b = sut.backlog();
+  CHECK(b.transfers == 0);
+  CHECK(b.dump_bytes == 0);
+  CHECK(b.load_bytes == 0);
 }
