@@ -50,6 +50,10 @@ over HTTP (docs/benchmarks.md, "Raced against llama-server"):
   --decode-prompt N       decode workload: prompt tokens (default 32)
   --repeats N             decode and prefill workloads: requests, one at a time (default 8;
                           the figure is their median)
+  --trace-rounds N        trace workloads: whole runs on each server, pooled into one
+                          figure (default 2)
+  Rounds alternate the servers' order (A B, B A, A B, ...), so that a slow spell of the
+  machine or a warm page cache favours neither side.
   --output-scale F        trace workloads: output lengths x F (race default 0.25, else 1)
   Race arrivals: --load L (default 1.0) against the capacity the first server's decode
   and prefill speeds imply, or --rate-scale X; --input-scale (default: fitted to
@@ -202,6 +206,9 @@ expected<race_flag, std::string> parse_race_flag(std::span<const std::string_vie
   } else if (a == "--repeats") {
     if (!count(o.repeats, 1, 1000))
       return fail("--repeats needs a whole number in 1..1000");
+  } else if (a == "--trace-rounds") {
+    if (!count(o.trace_rounds, 1, 100))
+      return fail("--trace-rounds needs a whole number in 1..100");
   } else if (a == "--output-scale") {
     auto v = value();
     if (!v || !parse_number(*v, o.output_scale) || !std::isfinite(o.output_scale)

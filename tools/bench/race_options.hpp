@@ -55,6 +55,7 @@ struct race_options {
   std::uint32_t decode_tokens = 256;  ///< decode workload: output tokens per request
   std::uint32_t decode_prompt = 32;   ///< decode workload: prompt tokens
   std::uint32_t repeats = 8;          ///< decode and prefill workloads: requests, one at a time
+  std::uint32_t trace_rounds = 2;     ///< trace workloads: whole runs per server, pooled
   double output_scale = 0.25;         ///< trace workloads: output lengths x this (at least 1)
   bool output_scale_given = false;
   double default_load = 1.0;          ///< --load of the race when none is given

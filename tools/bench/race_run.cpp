@@ -159,27 +159,32 @@ public:
                        st->preemptions, st->swaps, st->recomputes, st->transfer_ms);
   }
 
-  /// Every server of the race on `w`. A trace workload runs whole on each
-  /// server in turn. A one-stream workload (decode, prefill) runs in rounds,
-  /// one request per server start, the servers alternating, so that whatever
-  /// else slows the machine for a while slows both sides alike.
+  /// Every server of the race on `w`, in rounds, each server's rounds pooled
+  /// into one figure. A trace workload runs whole in each of --trace-rounds
+  /// rounds; a one-stream workload (decode, prefill) runs one request per
+  /// round. Each round starts each server afresh, and the servers' order
+  /// turns round every other round (A B, B A, ...), so that whatever else
+  /// slows the machine for a while, and whoever runs second, favours neither.
   expected<std::vector<std::pair<server_kind, side_summary>>, std::string>
   run_sides(const race_workload& w) {
     const auto& servers = o_.race.servers;
     std::vector<http_run_result> runs(servers.size());
-    const std::size_t rounds = w.trace ? 1 : w.requests.size();
+    const std::size_t rounds = w.trace ? o_.race.trace_rounds : w.requests.size();
     for (std::size_t k = 0; k < rounds; ++k) {
       race_workload part;
       const race_workload* run_of = &w;
-      if (!w.trace) {
+      if (!w.trace || rounds > 1) {
         part = w;
-        part.requests = {w.requests[k]};
-        part.requests.front().previous_turn = -1;
+        if (!w.trace) {
+          part.requests = {w.requests[k]};
+          part.requests.front().previous_turn = -1;
+        }
         if (rounds > 1)
           part.name = fmt::format("{} {}/{}", w.name, k + 1, rounds);
         run_of = &part;
       }
-      for (std::size_t s = 0; s < servers.size(); ++s) {
+      for (std::size_t i = 0; i < servers.size(); ++i) {
+        const std::size_t s = k % 2 == 0 ? i : servers.size() - 1 - i;
         auto run = run_once(servers[s], *run_of);
         if (!run)
           return unexpected(fmt::format("{} on {}: {}", run_of->name, to_string(servers[s]), run.error()));
@@ -252,6 +257,8 @@ public:
       race_workload_result res;
       res.name = w.name;
       res.description = w.description;
+      if (w.trace && r.trace_rounds > 1)
+        res.description += fmt::format("; {} rounds per server, pooled", r.trace_rounds);
       res.requests = w.requests.size();
       res.offered_load = w.offered_load;
       res.arrival_scale = w.arrival_scale;

@@ -50,6 +50,8 @@ TEST_CASE("bench_http: --race-llama takes the shared settings and defaults the r
   CHECK(sut->load == 1.0);
   CHECK(sut->model == "bench");
   CHECK(sut->race.output_scale == 0.25);
+  CHECK(sut->race.repeats == 8);      // one-stream requests per server
+  CHECK(sut->race.trace_rounds == 2); // whole trace runs per server
 }
 
 TEST_CASE("bench_http: the race's flags are refused where they do not apply") {
@@ -68,6 +70,8 @@ TEST_CASE("bench_http: the race's flags are refused where they do not apply") {
                      "--race-workloads", "decode,warp"}));
   CHECK_FALSE(parse({"--race-llama", "--gguf", "/m.gguf", "--llama-server", "/bin/ls",
                      "--kv-type", "q4"}));
+  CHECK_FALSE(parse({"--race-llama", "--gguf", "/m.gguf", "--llama-server", "/bin/ls",
+                     "--trace-rounds", "0"}));
 }
 
 TEST_CASE("bench_http: --path http drives one server with the workload of the usual flags") {
