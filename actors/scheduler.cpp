@@ -284,21 +284,6 @@ private:
                                          : std::nullopt);
   }
 
-  /// How many of the ranked sequences the planner will want in slots.
-  std::size_t target_size() const {
-    const auto slots = st_.info.slots;
-    if (st_.mode == scheduler_mode::fcfs || slots == 0)
-      return slots;
-    return std::max(1u, slots - std::min(st_.spare, slots - 1));
-  }
-
-  std::uint32_t spare_wanted() const {
-    const auto slots = st_.info.slots;
-    if (st_.mode == scheduler_mode::fcfs || slots == 0)
-      return 0;
-    return std::min(st_.spare, slots - 1);
-  }
-
   // While a step fault is being handled nothing is admitted or preempted
   // (the rows under retry or isolation keep their slots); a failing device
   // with no resident sequence admits one, for the probe step.
@@ -381,7 +366,8 @@ private:
     const auto target = plan_target_size(st_.info.slots, spare_slots, st_.rules.preempts);
     auto order = st_.seqs.best_ranked(limit != 0 ? std::min(limit, target) : target);
     life_.take_warm_hits(limit, now);
-    life_.reclaim_warm(order, target_size(), spare_wanted());
+    life_.reclaim_warm(order, target,
+                       plan_spare(st_.info.slots, spare_slots, st_.rules.preempts));
     if (limit == 0)
       for (auto* s : st_.seqs.residents_in_rank_order(order))
         order.push_back(s);

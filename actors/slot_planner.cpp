@@ -173,12 +173,17 @@ private:
 
 } // namespace
 
+std::uint32_t plan_spare(std::size_t slots, std::uint32_t spare_slots, bool preemptive) noexcept {
+  if (!preemptive || slots == 0)
+    return 0;
+  return static_cast<std::uint32_t>(std::min<std::size_t>(spare_slots, slots - 1));
+}
+
 std::size_t plan_target_size(std::size_t slots, std::uint32_t spare_slots,
                              bool preemptive) noexcept {
-  if (!preemptive)
-    return slots;
-  const std::size_t spare = slots == 0 ? 0 : std::min<std::size_t>(spare_slots, slots - 1);
-  return std::max<std::size_t>(1, slots - spare);
+  if (slots == 0)
+    return 0;
+  return slots - plan_spare(slots, spare_slots, preemptive);
 }
 
 void plan_slots(const slot_plan_input& in, slot_actions& actions) {

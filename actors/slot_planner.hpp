@@ -119,4 +119,9 @@ void plan_slots(const slot_plan_input& in, slot_actions& actions);
 std::size_t plan_target_size(std::size_t slots, std::uint32_t spare_slots,
                              bool preemptive) noexcept;
 
+/// How many of `slots` the planner keeps free for a new interactive request:
+/// the spare, at most all slots but one, and none where it does not preempt
+/// (it cannot take a spare back). `plan_target_size` + this = `slots`.
+std::uint32_t plan_spare(std::size_t slots, std::uint32_t spare_slots, bool preemptive) noexcept;
+
 } // namespace kvlane::actors

@@ -401,3 +401,34 @@ TEST_CASE("reuse: a warm prefix shared by more queued requests than the schedule
   }
   CHECK(sut.stats().reuse_warm_hits > 0);
 }
+
+TEST_CASE("reuse: a mode that keeps no spare slot leaves warm KV in its slot while a free slot "
+          "serves the waiting request, and the next turn takes it warm") {
+  for (auto mode : {scheduler_mode::fcfs, scheduler_mode::prio_fcfs, scheduler_mode::recompute,
+                    scheduler_mode::sync}) {
+    CAPTURE(actors::to_string(mode));
+    auto cfg = reuse_config(mode);
+    cfg.models[0].backend.sim.slots = 2;
+    engine_fixture sut{cfg};
+    auto history = letters(60, 1);
+    const auto out1 = run_one(*sut.engine, request(history, false));
+    history = concat(concat(history, out1), letters(10, 2));
+
+    // Another client's long request: the slot turn 1 did not use is free for it.
+    auto other = request(letters(40, 30), false, 99);
+    other.sampling.max_tokens = 400;
+    auto s = sut.engine->submit(std::move(other));
+    REQUIRE(s.has_value());
+    REQUIRE(sut.log.wait((*s)->id(), actors::seq_phase::resident));
+    REQUIRE((*s)->next(10s).has_value());
+    auto st = sut.stats();
+    CHECK(st.retained_dumps == 0);
+    CHECK(st.retained_dropped == 0);
+
+    CHECK(run_one(*sut.engine, request(history, false)).size() == 20);
+    CHECK(sut.stats().reuse_warm_hits == 1);
+    (*s)->cancel();
+    REQUIRE((*s)->collect(10s).has_value());
+    sut.check_nothing_leaked();
+  }
+}
