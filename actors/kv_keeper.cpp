@@ -211,7 +211,7 @@ kv_jobs kv_keeper::reclaim_warm(std::uint32_t wanted, std::uint32_t free, std::u
     drop_warm(*coldest);
     ++free;
   }
-  while (flushing_ && backlog.transfers + jobs.transfers.size() == 0) {
+  while (flushing_ && backlog.transfers == 0) { // backlog counts the dumps queued above
     const auto coldest = retained_.coldest_warm();
     if (!coldest)
       break;

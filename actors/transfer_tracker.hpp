@@ -7,7 +7,8 @@
 // know whether the lane that would run a dump has anything pending (a victim
 // is taken only once it is idle), how much (a warm entry is dumped behind a
 // backlog only when the wait costs less than the prefill the dump saves), and
-// how many slots a dump under way will free soon (promised to the next sequence that finds none free). Transfers
+// how many slots a dump under way will free soon (promised to the next
+// sequence that finds none free). Transfers
 // run on the transfer lane, or on the compute lane between steps when the
 // mode serializes them (sync, or a backend that cannot overlap): the lane is
 // fixed for the scheduler's life, so all of one model's transfers count on
