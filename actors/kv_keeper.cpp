@@ -172,6 +172,7 @@ reuse_start kv_keeper::start_from_retained(seq_id id, std::uint64_t owner,
   job->seq = id;
   job->slot = slot;
   job->cache_len = m->snapshot_len;
+  job->bytes = snapshot_size(job->cache_len);
   job->generation = 1;
   job->snapshot = *m->snapshot;
   job->keep_snapshot = true;
@@ -203,7 +204,7 @@ kv_jobs kv_keeper::reclaim_warm(std::uint32_t wanted, std::uint32_t free, std::u
       if (auto job = dump_retained(*coldest, jobs)) {
         // Queued here, it is on the lane for the rest of the round.
         ++backlog.transfers;
-        backlog.dump_bytes += snapshot_size(job->cache_len);
+        backlog.dump_bytes += job->bytes;
         ++promised;
         continue;
       }
@@ -277,6 +278,7 @@ transfer_job_ptr kv_keeper::dump_retained(retained_id id, kv_jobs& jobs) {
   job->kind = transfer_kind::dump;
   job->slot = *e->slot;
   job->cache_len = e->kv_len;
+  job->bytes = snapshot_size(job->cache_len);
   job->generation = meta.generation;
   job->snapshot = r->handle;
   job->destination = r->bytes;
@@ -430,6 +432,7 @@ kv_jobs kv_keeper::swap_out(seq_id id, slot_id slot, std::uint32_t kv_len,
   job->seq = id;
   job->slot = slot;
   job->cache_len = kv_len;
+  job->bytes = snapshot_size(job->cache_len);
   job->generation = generation;
   job->snapshot = r->handle;
   job->destination = r->bytes;
@@ -463,6 +466,7 @@ kv_jobs kv_keeper::restore(seq_id id, slot_id slot, std::uint32_t kv_len,
   job->seq = id;
   job->slot = slot;
   job->cache_len = kv_len;
+  job->bytes = snapshot_size(job->cache_len);
   job->generation = generation;
   job->snapshot = it->second.handle;
   jobs.transfers.push_back(std::move(job));

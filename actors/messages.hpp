@@ -80,6 +80,7 @@ struct transfer_job {
   seq_id seq = 0;
   slot_id slot = 0;
   std::uint32_t cache_len = 0;
+  std::uint64_t bytes = 0; ///< the snapshot's size: the backend's snapshot_size(cache_len)
   std::uint64_t generation = 0;
   ipc::snapshot_handle snapshot;
   std::span<std::byte> destination; ///< dump only: the reserved bytes

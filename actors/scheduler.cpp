@@ -231,7 +231,7 @@ public:
 
   void send_transfer(transfer_job_ptr job) override {
     auto& lane = st_.transfers.lane() == transfer_lane::compute ? st_.compute : st_.transfer;
-    st_.transfers.started(*job, st_.setup.backend->snapshot_size(job->cache_len));
+    st_.transfers.started(*job);
     self_->request(lane, caf::infinite, transfer_atom::value, std::move(job))
       .then([self = self_](transfer_done_ptr done) {
               planned(self, &scheduler_logic::on_transfer_done, *done);
@@ -362,7 +362,7 @@ private:
       [this](const sequence& s) { return would_recompute(s); }};
     if (gated)
       st_.stats.demoted += demote_hopeless(st_.seqs, figures, inputs, st_.slo, now);
-    const auto spare_slots = st_.rules.keeps_spare ? st_.spare : 0;
+    const auto spare_slots = st_.spare;
     const auto target = plan_target_size(st_.info.slots, spare_slots, st_.rules.preempts);
     auto order = st_.seqs.best_ranked(limit != 0 ? std::min(limit, target) : target);
     life_.take_warm_hits(limit, now);
@@ -485,7 +485,8 @@ void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
   // Where transfers stall compute, restoring a spare costs every slot holder
   // the same dump a new interactive request's eviction would, and the spare
   // saves that request only the dump's time: no slot is held spare there.
-  st.spare = st.serialized ? 0 : p.spare_slots;
+  // Nor in the peers that keep none (fcfs, prio-fcfs, recompute).
+  st.spare = st.serialized || !st.rules.keeps_spare ? 0 : p.spare_slots;
   st.slo = p.slo;
   st.slo_gates = p.slo_gates_preemption;
   st.costs.set_alpha(p.ewma_alpha);

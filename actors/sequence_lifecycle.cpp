@@ -53,8 +53,8 @@ bool sequence_lifecycle::stop(seq_id id, std::uint32_t generated, std::uint32_t 
 
 bool sequence_lifecycle::transfer_ended(const transfer_done& done, double hidden_ms,
                                         time_point now) {
-  const auto bytes = t_.kv.snapshot_size(done.job.cache_len);
-  t_.transfers.finished(done.job, bytes);
+  t_.transfers.finished(done.job);
+  const auto bytes = done.job.bytes;
   const double ms = ms_between(done.start, done.end);
   t_.stats.transfer_ms += ms;
   t_.stats.transfer_hidden_ms += hidden_ms;

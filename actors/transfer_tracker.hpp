@@ -43,10 +43,10 @@ public:
   /// The lane every transfer of this model goes to.
   transfer_lane lane() const noexcept { return lane_; }
 
-  /// `job`, which moves a snapshot of `bytes`, was sent to lane().
-  void started(const transfer_job& job, std::uint64_t bytes) noexcept;
-  /// The lane replied for `job` (`bytes` as given to started).
-  void finished(const transfer_job& job, std::uint64_t bytes) noexcept;
+  /// `job` was sent to lane().
+  void started(const transfer_job& job) noexcept;
+  /// The lane replied for `job`.
+  void finished(const transfer_job& job) noexcept;
 
   /// Transfers queued or running on `lane`.
   std::uint32_t pending_on(transfer_lane lane) const noexcept {
