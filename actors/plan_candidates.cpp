@@ -6,6 +6,18 @@
 
 namespace kvlane::actors {
 
+namespace {
+
+resident_progress progress_of(const sequence& s, const candidate_inputs* in,
+                              std::chrono::steady_clock::time_point now) {
+  const auto since = s.generated > 0 ? s.first_token : s.arrived;
+  return {s.kv_len, s.tokens.size(), s.generated, s.smp.params().max_tokens,
+          in ? in->snapshot_size(s.kv_len) : 0, s.position.cls,
+          std::chrono::duration<double, std::milli>(now - since).count()};
+}
+
+} // namespace
+
 slot_candidate plan_candidate(const sequence& s, const preemption_figures& figures,
                               const candidate_inputs& in,
                               std::chrono::steady_clock::time_point now) {
@@ -13,11 +25,7 @@ slot_candidate plan_candidate(const sequence& s, const preemption_figures& figur
   c.cls = s.position.cls;
   const bool waiting = s.state == kv_state::queued || s.state == kv_state::parked;
   if (s.state == kv_state::resident || waiting) {
-    const auto since = s.generated > 0 ? s.first_token : s.arrived;
-    const resident_progress progress{
-      s.kv_len, s.tokens.size(), s.generated, s.smp.params().max_tokens,
-      in.snapshot_size(s.kv_len), s.position.cls,
-      std::chrono::duration<double, std::milli>(now - since).count()};
+    const auto progress = progress_of(s, &in, now);
     if (waiting) {
       figures.fill_waiting(progress, s.state == kv_state::parked, c);
     } else {
@@ -38,6 +46,18 @@ std::vector<slot_candidate> plan_candidates(std::span<sequence* const> order,
   for (const auto* s : order)
     out.push_back(plan_candidate(*s, figures, in, now));
   return out;
+}
+
+void fill_step_allowances(std::span<step_candidate> rows, const sequence_table& table,
+                          const preemption_figures& figures,
+                          std::chrono::steady_clock::time_point now) {
+  for (auto& row : rows) {
+    const auto* s = table.find(row.id);
+    if (s == nullptr || s->generated == 0 || row.kv_len + 1 != row.length)
+      continue;
+    if (auto allowance = figures.step_allowance_ms(progress_of(*s, nullptr, now)))
+      row.step_allowance_ms = *allowance;
+  }
 }
 
 std::uint64_t demote_hopeless(sequence_table& table, const preemption_figures& figures,

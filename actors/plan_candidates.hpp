@@ -13,6 +13,7 @@
 #include "actors/demotion_queue.hpp"
 #include "actors/preemption_figures.hpp"
 #include "actors/slot_planner.hpp"
+#include "actors/step_composer.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -42,6 +43,13 @@ std::vector<slot_candidate> plan_candidates(std::span<sequence* const> order,
                                             const preemption_figures& figures,
                                             const candidate_inputs& in,
                                             std::chrono::steady_clock::time_point now);
+
+/// Each decoding row of `rows` gets its step allowance at `now` (where the
+/// figures know it): how long each of its next steps may take and meet its
+/// TPOT objective (actors/step_composer paces batch prefill by it).
+void fill_step_allowances(std::span<step_candidate> rows, const sequence_table& table,
+                          const preemption_figures& figures,
+                          std::chrono::steady_clock::time_point now);
 
 /// Goodput: each sequence of `table` before its first token whose check is
 /// due at `now` is demoted if its slack (from its candidate) is gone, and

@@ -53,6 +53,16 @@ void preemption_figures::fill_waiting(const resident_progress& s, bool parked,
   c.slack_ms = slack(s, *start, left);
 }
 
+std::optional<double> preemption_figures::step_allowance_ms(const resident_progress& s) const {
+  if (slo_ == nullptr || !step_ms_ || s.generated == 0)
+    return std::nullopt;
+  const double left = outputs_.expected_remaining(s.generated, s.max_tokens);
+  if (left < 1.0)
+    return std::nullopt;
+  const double gaps = double(s.generated) - 1.0 + left;
+  return (slo_->of(s.cls).tpot_ms * gaps - s.elapsed_ms) / left;
+}
+
 double preemption_figures::slack(const resident_progress& s, double ahead_ms, double left) const {
   if (slo_ == nullptr)
     return preemption_case::unknown;

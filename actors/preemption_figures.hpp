@@ -18,7 +18,9 @@
 // token that is its TTFT less the time it has waited and its start (a
 // resident's remaining prefill steps; a waiting one's prefill or load); after
 // it, its TPOT times its expected token gaps, less the time since its first
-// token and its expected remaining run.
+// token and its expected remaining run. The same objective paces the steps:
+// step_allowance_ms is how long each of a decoding sequence's next steps may
+// take (actors/step_composer keeps batch prefill under it).
 //
 // Pure: no clock. Threading: a value built per plan.
 
@@ -61,6 +63,13 @@ public:
   /// A waiting sequence (queued or parked, `parked` when its KV is in the
   /// store): fills `c`'s service_ms and slack_ms, where known.
   void fill_waiting(const resident_progress& s, bool parked, slot_candidate& c) const;
+
+  /// A resident past its first token: the mean time each of its remaining
+  /// steps may take for its mean TPOT over its whole output to meet its
+  /// objective (its TPOT times its expected gaps, less the time since its
+  /// first token, shared over the expected tokens left). Unknown without
+  /// objectives, measured steps or a token left to come.
+  std::optional<double> step_allowance_ms(const resident_progress& s) const;
 
   /// One step with every slot holder, if the cost model has measured it.
   std::optional<double> step_ms() const noexcept { return step_ms_; }

@@ -409,7 +409,7 @@ private:
       arm_probe_timer(next.until - now);
       return;
     }
-    const auto candidates = life_.step_candidates(next);
+    auto candidates = life_.step_candidates(next);
     if (next.what != next_step::kind::compose && candidates.empty()) {
       // Every sequence that leaves its slot is forgotten by the policy, so
       // this cannot happen; if it does, end the episode rather than stall.
@@ -420,8 +420,11 @@ private:
       maybe_step();
       return;
     }
-    auto rows = compose_step(candidates, {st_.max_step_tokens, st_.info.max_prefill_chunk,
-                                          st_.batch_prefill_yields});
+    step_limits limits{st_.max_step_tokens, st_.info.max_prefill_chunk,
+                       st_.batch_prefill_yields, std::nullopt};
+    if (goodput_gated())
+      pace_by_tpot(candidates, limits);
+    auto rows = compose_step(candidates, limits);
     if (rows.empty())
       return;
     auto plan = life_.start_step(rows, ++st_.step_number);
@@ -438,6 +441,19 @@ private:
               self->quit(err);
             });
     prepare_masks(*plan_view);
+  }
+
+  /// Goodput: batch prefill is held to what the decoding sequences' TPOT objectives leave of
+  /// a step (actors/step_composer), once the cost model has measured steps.
+  void pace_by_tpot(std::vector<step_candidate>& candidates, step_limits& limits) const {
+    const auto base = st_.costs.step_base_ms();
+    const auto per_token = st_.costs.step_per_token_ms();
+    if (!base || !per_token)
+      return;
+    limits.cost = step_cost{*base, *per_token};
+    const preemption_figures figures{st_.costs, st_.outputs, &st_.slo, slot_holders().size(),
+                                     st_.info.max_prefill_chunk, st_.serialized};
+    fill_step_allowances(candidates, st_.seqs, figures, clock::now());
   }
 
   // While the device runs a step, the masks of the rows that sample after it are computed

@@ -13,11 +13,23 @@
 // step that carries an interactive one: the step stays short, and the
 // interactive request reaches its first token in fewer, shorter steps.
 //
+// Paced by the TPOT objectives: a decoding sequence may carry the mean time
+// each of its remaining steps may take and still meet its TPOT objective
+// (its step allowance, actors/preemption_figures). Given the step's cost
+// figures, batch prefill fills a step only up to the tokens the smallest
+// allowance pays for, so a step full of batch prefill does not make an
+// interactive request miss its TPOT. An allowance the step's decode rows
+// alone exceed is not held to (that sequence misses whatever the prefill
+// does), and interactive prefill chunks are not held to any: they carry
+// their own first token's objective.
+//
 // Pure: no clock, no actor. Threading: call from one thread.
 
 #include "actors/mlfq_policy.hpp"
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -29,6 +41,14 @@ struct step_candidate {
   const mlfq_position* position = nullptr; ///< orders the prefill chunks
   std::uint32_t kv_len = 0;  ///< positions already in its slot
   std::uint32_t length = 0;  ///< tokens known: prompt plus generated
+  /// A decoding sequence's step allowance (ms); infinite: none.
+  double step_allowance_ms = std::numeric_limits<double>::infinity();
+};
+
+/// A step's modeled cost: base plus a cost per token (actors/cost_model).
+struct step_cost {
+  double base_ms = 0;
+  double per_token_ms = 0;
 };
 
 /// One row of the step: `tokens` tokens of the sequence from its kv_len on.
@@ -44,6 +64,8 @@ struct step_limits {
   std::uint32_t max_step_tokens = 0;   ///< 0: no limit
   std::uint32_t max_prefill_chunk = 1; ///< the backend's largest prefill row
   bool batch_prefill_yields = false;   ///< no batch prefill beside an interactive one
+  /// The step's cost figures; unknown: allowances do not limit the step.
+  std::optional<step_cost> cost;
 };
 
 /// The rows of the next step, decode rows first; empty if nothing can run.

@@ -136,3 +136,32 @@ TEST_CASE("preemption_figures: without objectives every slack stays unknown") {
   CHECK(queued.slack_ms == preemption_case::unknown);
   CHECK(queued.service_ms != preemption_case::unknown);
 }
+
+TEST_CASE("preemption_figures: a decoding sequence's step allowance is its TPOT times its "
+          "expected gaps, less the time since its first token, shared over its tokens to come") {
+  const auto costs = fixed();
+  output_lengths outputs;
+  outputs.observe(20);
+  outputs.observe(40); // 10 generated: 20 more expected
+  const preemption_figures f{costs, outputs, &slo, 4, 128, false};
+  resident_progress s{100, 110, 10, 50, mib, priority_class::interactive, 1'000.0};
+  // 9 gaps behind it and 20 to come at 200 ms: 5.8 s, of which 1 s is spent.
+  CHECK(*f.step_allowance_ms(s) == doctest::Approx((200.0 * 29 - 1'000.0) / 20));
+  s.elapsed_ms = 5'000.0; // behind: each token to come must now be faster than 200 ms
+  CHECK(*f.step_allowance_ms(s) == doctest::Approx((200.0 * 29 - 5'000.0) / 20));
+  s.cls = priority_class::batch; // 1 s per token
+  CHECK(*f.step_allowance_ms(s) == doctest::Approx((1'000.0 * 29 - 5'000.0) / 20));
+}
+
+TEST_CASE("preemption_figures: no step allowance before the first token, without objectives, "
+          "or before the cost model has measured a step") {
+  const auto costs = fixed();
+  output_lengths outputs;
+  const resident_progress prefilling{0, 100, 0, 50, mib, priority_class::interactive, 10.0};
+  const resident_progress decoding{100, 101, 1, 50, mib, priority_class::interactive, 10.0};
+  CHECK_FALSE(preemption_figures{costs, outputs, &slo, 4, 128, false}.step_allowance_ms(prefilling));
+  CHECK(preemption_figures{costs, outputs, &slo, 4, 128, false}.step_allowance_ms(decoding));
+  CHECK_FALSE(preemption_figures{costs, outputs, nullptr, 4, 128, false}.step_allowance_ms(decoding));
+  const cost_model unmeasured;
+  CHECK_FALSE(preemption_figures{unmeasured, outputs, &slo, 4, 128, false}.step_allowance_ms(decoding));
+}
