@@ -10,10 +10,16 @@ namespace {
 
 resident_progress progress_of(const sequence& s, const candidate_inputs* in,
                               std::chrono::steady_clock::time_point now) {
+  using ms = std::chrono::duration<double, std::milli>;
   const auto since = s.generated > 0 ? s.first_token : s.arrived;
-  return {s.kv_len, s.tokens.size(), s.generated, s.smp.params().max_tokens,
-          in ? in->snapshot_size(s.kv_len) : 0, s.position.cls,
-          std::chrono::duration<double, std::milli>(now - since).count()};
+  return {s.kv_len,
+          s.tokens.size(),
+          s.generated,
+          s.smp.params().max_tokens,
+          in ? in->snapshot_size(s.kv_len) : 0,
+          s.position.cls,
+          ms(now - since).count(),
+          s.generated > 0 ? ms(s.first_token - s.arrived).count() : 0.0};
 }
 
 } // namespace

@@ -54,7 +54,7 @@ void preemption_figures::fill_waiting(const resident_progress& s, bool parked,
 }
 
 std::optional<double> preemption_figures::step_allowance_ms(const resident_progress& s) const {
-  if (slo_ == nullptr || !step_ms_ || s.generated == 0)
+  if (slo_ == nullptr || !step_ms_ || s.generated == 0 || s.ttft_ms > slo_->of(s.cls).ttft_ms)
     return std::nullopt;
   const double left = outputs_.expected_remaining(s.generated, s.max_tokens);
   if (left < 1.0)

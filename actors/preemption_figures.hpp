@@ -44,6 +44,8 @@ struct resident_progress {
   priority_class cls = priority_class::interactive;
   /// Since its first token; since it arrived while it has none.
   double elapsed_ms = 0;
+  /// Its time to first token, once it has one.
+  double ttft_ms = 0;
 };
 
 class preemption_figures {
@@ -68,7 +70,8 @@ public:
   /// steps may take for its mean TPOT over its whole output to meet its
   /// objective (its TPOT times its expected gaps, less the time since its
   /// first token, shared over the expected tokens left). Unknown without
-  /// objectives, measured steps or a token left to come.
+  /// objectives, measured steps or a token left to come, and where its first
+  /// token came after its TTFT objective (its objective is lost already).
   std::optional<double> step_allowance_ms(const resident_progress& s) const;
 
   /// One step with every slot holder, if the cost model has measured it.

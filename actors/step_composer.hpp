@@ -17,7 +17,7 @@
 // each of its remaining steps may take and still meet its TPOT objective
 // (its step allowance, actors/preemption_figures). Given the step's cost
 // figures, batch prefill fills a step only up to the tokens the smallest
-// allowance pays for, so a step full of batch prefill does not make an
+// allowance pays for, a tenth under it, so a step full of batch prefill does not make an
 // interactive request miss its TPOT. An allowance the step's decode rows
 // alone exceed is not held to (that sequence misses whatever the prefill
 // does), and interactive prefill chunks are not held to any: they carry

@@ -153,6 +153,19 @@ TEST_CASE("preemption_figures: a decoding sequence's step allowance is its TPOT 
   CHECK(*f.step_allowance_ms(s) == doctest::Approx((1'000.0 * 29 - 5'000.0) / 20));
 }
 
+TEST_CASE("preemption_figures: no step allowance for a sequence whose first token came after "
+          "its TTFT objective: its objective is lost whatever the steps take") {
+  const auto costs = fixed();
+  output_lengths outputs;
+  const preemption_figures f{costs, outputs, &slo, 4, 128, false};
+  resident_progress s{100, 101, 1, 50, mib, priority_class::interactive, 10.0, 2'000.0};
+  CHECK(f.step_allowance_ms(s)); // on time: 2 s is the objective itself
+  s.ttft_ms = 2'001.0;
+  CHECK_FALSE(f.step_allowance_ms(s));
+  s.cls = priority_class::batch; // 60 s to first token
+  CHECK(f.step_allowance_ms(s));
+}
+
 TEST_CASE("preemption_figures: no step allowance before the first token, without objectives, "
           "or before the cost model has measured a step") {
   const auto costs = fixed();
