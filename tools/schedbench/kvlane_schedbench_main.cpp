@@ -197,7 +197,8 @@ public:
       if (s.state == kv_state::resident && s.kv_len < s.length)
         residents.push_back({s.id, &s.position, s.kv_len, s.length});
     }
-    const step_limits limits{knobs_.max_step_tokens, prefill_chunk, knobs_.batch_prefill_yields};
+    const step_limits limits{knobs_.max_step_tokens, prefill_chunk, knobs_.batch_prefill_yields,
+                             std::nullopt};
     return compose_step(residents, limits).size() + order.size();
   }
 
