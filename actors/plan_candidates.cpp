@@ -59,7 +59,7 @@ void fill_step_allowances(std::span<step_candidate> rows, const sequence_table& 
                           std::chrono::steady_clock::time_point now) {
   for (auto& row : rows) {
     const auto* s = table.find(row.id);
-    if (s == nullptr || s->generated == 0 || row.kv_len + 1 != row.length)
+    if (s == nullptr || s->generated == 0 || !row.decodes())
       continue;
     if (auto allowance = figures.step_allowance_ms(progress_of(*s, nullptr, now)))
       row.step_allowance_ms = *allowance;

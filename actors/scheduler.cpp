@@ -451,7 +451,10 @@ private:
     if (!base || !per_token)
       return;
     limits.cost = step_cost{*base, *per_token};
-    const preemption_figures figures{st_.costs, st_.outputs, &st_.slo, slot_holders().size(),
+    const auto& owners = st_.seqs.owners();
+    const auto holders = static_cast<std::size_t>(
+      std::count_if(owners.begin(), owners.end(), [](const auto& o) { return o.has_value(); }));
+    const preemption_figures figures{st_.costs, st_.outputs, &st_.slo, holders,
                                      st_.info.max_prefill_chunk, st_.serialized};
     fill_step_allowances(candidates, st_.seqs, figures, clock::now());
   }

@@ -36,16 +36,16 @@ std::vector<step_row_plan> compose_step(std::span<const step_candidate> candidat
                                         step_limits limits) {
   std::vector<const step_candidate*> decodes, prefills;
   for (auto& c : candidates)
-    (c.kv_len + 1 == c.length ? decodes : prefills).push_back(&c);
+    (c.decodes() ? decodes : prefills).push_back(&c);
   std::sort(decodes.begin(), decodes.end(), [](auto* a, auto* b) { return a->id < b->id; });
   std::sort(prefills.begin(), prefills.end(),
             [](auto* a, auto* b) { return ranks_before(*a->position, *b->position); });
 
   std::vector<step_row_plan> rows;
-  std::uint32_t prefilled = 0; // prefill tokens in the step so far, any class
   rows.reserve(decodes.size() + prefills.size());
   std::uint32_t budget = limits.max_step_tokens ? limits.max_step_tokens
                                                 : std::numeric_limits<std::uint32_t>::max();
+  std::uint32_t prefilled = 0; // prefill tokens in the step so far, any class
   for (auto* c : decodes) {
     rows.push_back({c->id, 1, false});
     budget -= std::min(budget, 1u);

@@ -17,11 +17,11 @@
 // each of its remaining steps may take and still meet its TPOT objective
 // (its step allowance, actors/preemption_figures). Given the step's cost
 // figures, batch prefill fills a step only up to the tokens the smallest
-// allowance pays for, a tenth under it, so a step full of batch prefill does not make an
-// interactive request miss its TPOT. An allowance the step's decode rows
-// alone exceed is not held to (that sequence misses whatever the prefill
-// does), and interactive prefill chunks are not held to any: they carry
-// their own first token's objective.
+// allowance pays for, a tenth under it, so a step full of batch prefill does
+// not make an interactive request miss its TPOT. An allowance the step's
+// decode rows alone exceed is not held to (that sequence misses whatever the
+// prefill does), and interactive prefill chunks are not held to any: they
+// carry their own first token's objective.
 //
 // Pure: no clock, no actor. Threading: call from one thread.
 
@@ -43,6 +43,9 @@ struct step_candidate {
   std::uint32_t length = 0;  ///< tokens known: prompt plus generated
   /// A decoding sequence's step allowance (ms); infinite: none.
   double step_allowance_ms = std::numeric_limits<double>::infinity();
+
+  /// Its row would be a decode token (every known token but the last is in its slot).
+  bool decodes() const noexcept { return kv_len + 1 == length; }
 };
 
 /// A step's modeled cost: base plus a cost per token (actors/cost_model).
