@@ -4,6 +4,8 @@
 
 #include "common/elapsed.hpp"
 
+#include <algorithm>
+
 namespace kvlane::actors {
 
 namespace {
@@ -54,9 +56,20 @@ std::vector<slot_candidate> plan_candidates(std::span<sequence* const> order,
   return out;
 }
 
-void fill_step_allowances(std::span<step_candidate> rows, const sequence_table& table,
-                          const preemption_figures& figures,
-                          std::chrono::steady_clock::time_point now) {
+void pace_by_tpot(std::span<step_candidate> rows, step_limits& limits,
+                  const sequence_table& table, const cost_model& costs,
+                  const output_lengths& outputs, const slo_targets& slo,
+                  std::uint32_t prefill_chunk, bool serialized,
+                  std::chrono::steady_clock::time_point now) {
+  const auto base = costs.step_base_ms();
+  const auto per_token = costs.step_per_token_ms();
+  if (!base || !per_token)
+    return;
+  limits.cost = step_cost{*base, *per_token};
+  const auto owners = table.owners();
+  const auto holders = static_cast<std::size_t>(
+    std::count_if(owners.begin(), owners.end(), [](const auto& o) { return o.has_value(); }));
+  const preemption_figures figures{costs, outputs, &slo, holders, prefill_chunk, serialized};
   for (auto& row : rows) {
     const auto* s = table.find(row.id);
     if (s == nullptr || s->generated == 0 || !row.decodes())

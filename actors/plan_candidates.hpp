@@ -44,12 +44,15 @@ std::vector<slot_candidate> plan_candidates(std::span<sequence* const> order,
                                             const candidate_inputs& in,
                                             std::chrono::steady_clock::time_point now);
 
-/// Each decoding row of `rows` gets its step allowance at `now` (where the
-/// figures know it): how long each of its next steps may take and meet its
-/// TPOT objective (actors/step_composer paces batch prefill by it).
-void fill_step_allowances(std::span<step_candidate> rows, const sequence_table& table,
-                          const preemption_figures& figures,
-                          std::chrono::steady_clock::time_point now);
+/// Goodput: once `costs` has measured steps, `limits` gets the step's cost
+/// figures and each decoding row of `rows` its step allowance at `now`: how
+/// long each of its next steps may take and meet its TPOT objective
+/// (actors/step_composer paces batch prefill by them). Nothing before.
+void pace_by_tpot(std::span<step_candidate> rows, step_limits& limits,
+                  const sequence_table& table, const cost_model& costs,
+                  const output_lengths& outputs, const slo_targets& slo,
+                  std::uint32_t prefill_chunk, bool serialized,
+                  std::chrono::steady_clock::time_point now);
 
 /// Goodput: each sequence of `table` before its first token whose check is
 /// due at `now` is demoted if its slack (from its candidate) is gone, and

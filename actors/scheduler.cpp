@@ -423,7 +423,8 @@ private:
     step_limits limits{st_.max_step_tokens, st_.info.max_prefill_chunk,
                        st_.batch_prefill_yields, std::nullopt};
     if (goodput_gated())
-      pace_by_tpot(candidates, limits);
+      pace_by_tpot(candidates, limits, st_.seqs, st_.costs, st_.outputs, st_.slo,
+                   st_.info.max_prefill_chunk, st_.serialized, clock::now());
     auto rows = compose_step(candidates, limits);
     if (rows.empty())
       return;
@@ -441,22 +442,6 @@ private:
               self->quit(err);
             });
     prepare_masks(*plan_view);
-  }
-
-  /// Goodput: batch prefill is held to what the decoding sequences' TPOT objectives leave of
-  /// a step (actors/step_composer), once the cost model has measured steps.
-  void pace_by_tpot(std::vector<step_candidate>& candidates, step_limits& limits) const {
-    const auto base = st_.costs.step_base_ms();
-    const auto per_token = st_.costs.step_per_token_ms();
-    if (!base || !per_token)
-      return;
-    limits.cost = step_cost{*base, *per_token};
-    const auto& owners = st_.seqs.owners();
-    const auto holders = static_cast<std::size_t>(
-      std::count_if(owners.begin(), owners.end(), [](const auto& o) { return o.has_value(); }));
-    const preemption_figures figures{st_.costs, st_.outputs, &st_.slo, holders,
-                                     st_.info.max_prefill_chunk, st_.serialized};
-    fill_step_allowances(candidates, st_.seqs, figures, clock::now());
   }
 
   // While the device runs a step, the masks of the rows that sample after it are computed
