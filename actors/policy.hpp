@@ -83,7 +83,7 @@ struct scheduler_policy {
   /// one decode token).
   std::uint32_t quantum_steps = 64;
   std::uint32_t levels = 4;            ///< MLFQ levels; level i's quantum is quantum_steps * 2^i
-  std::uint32_t spare_slots = 1;       ///< slots kept free for new interactive requests
+  std::uint32_t spare_slots = 0;       ///< slots kept free for new interactive requests
   std::uint32_t max_step_tokens = 512; ///< tokens per step (decodes always run; prefill fills up)
   /// Batch prefill chunks stay out of a step that carries an interactive
   /// prefill chunk (shorter steps until the interactive first token).

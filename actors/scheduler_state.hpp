@@ -50,7 +50,7 @@ struct scheduler_state {
   transfer_tracker transfers;    ///< dumps and loads in flight
   std::uint32_t max_step_tokens = 0;
   bool batch_prefill_yields = false;
-  std::uint32_t spare = 1; ///< slots kept spare: [scheduler] spare_slots; none when serialized or
+  std::uint32_t spare = 0; ///< slots kept spare: [scheduler] spare_slots; none when serialized or
                            ///< in a mode that keeps none (mode_rules::keeps_spare)
   slo_targets slo; ///< [scheduler.slo]: what a preemption must save
   bool slo_gates = true;

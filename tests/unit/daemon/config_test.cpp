@@ -185,7 +185,7 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.scheduler.mode == scheduler_mode::overlap);
   CHECK(sut.scheduler.quantum_steps == 64);
   CHECK(sut.scheduler.levels == 4);
-  CHECK(sut.scheduler.spare_slots == 1);
+  CHECK(sut.scheduler.spare_slots == 0);
   CHECK(sut.scheduler.max_step_tokens == 512);
   CHECK(sut.scheduler.batch_prefill_yields);
   CHECK(sut.scheduler.aging_steps == 2048);
