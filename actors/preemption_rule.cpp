@@ -9,12 +9,6 @@ namespace {
 
 bool known(double v) noexcept { return std::isfinite(v); }
 
-/// How long an evicted victim waits for a slot back: the waiter's run or the
-/// soonest other end, whichever comes first.
-double victim_back_in_ms(const preemption_case& c) noexcept {
-  return std::min(c.waiter_service_ms, c.wait_avoided_ms);
-}
-
 } // namespace
 
 bool eviction_saves_waiter(const preemption_case& c) noexcept {
@@ -30,18 +24,14 @@ bool eviction_misses_waiter_anyway(const preemption_case& c) noexcept {
 bool eviction_breaks_victim(const preemption_case& c) noexcept {
   if (!known(c.victim_slack_ms) || c.victim_slack_ms < 0)
     return false; // not known, or missed anyway
-  const double back_in = victim_back_in_ms(c);
+  const double back_in = std::min(c.waiter_service_ms, c.wait_avoided_ms);
   if (!known(back_in))
     return false;
   return c.eviction_ms + back_in > c.victim_slack_ms;
 }
 
 bool latency_saved(const preemption_case& c) noexcept {
-  // The victim then waits for a slot: the waiter's run or the soonest other
-  // end. Swapping two runs' order cuts the total wait only where the shorter
-  // goes first.
-  const double back_in = victim_back_in_ms(c);
-  return c.eviction_ms + c.others_delay_ms + (known(back_in) ? back_in : 0) < c.wait_avoided_ms;
+  return c.eviction_ms + c.others_delay_ms < c.wait_avoided_ms;
 }
 
 bool preemption_pays(const preemption_case& c) noexcept {

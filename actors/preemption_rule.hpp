@@ -22,12 +22,9 @@
 // may cost it that too. An eviction that does not decide the waiter's
 // objective never costs the victim one: a waiter that meets its objective
 // anyway still starts sooner where the victim keeps its own and the wait it
-// avoids is more than all the eviction delays (the victim's restart, every
-// other slot holder's stall where the transfer or re-prefill stops the steps,
-// and the victim's own wait for a slot back): the wait is latency users see,
-// and trading two runs' order cuts the total only where the shorter goes
-// first (a waiter as long as the soonest end gains nothing the victim does
-// not lose, and costs the device a restart). One that misses it either
+// avoids is more than all the eviction delays (the victim's restart, and
+// every other slot holder's stall where the transfer or re-prefill stops the
+// steps): the wait is latency users see. One that misses it either
 // way is demoted, and evicts only a lower class (so a late interactive
 // request still goes ahead of batch work with time to spare).
 //
@@ -86,8 +83,7 @@ bool preemption_pays(const preemption_case& c) noexcept;
 bool eviction_saves_waiter(const preemption_case& c) noexcept;
 
 /// Whether the eviction cuts the total wait: the waiter's avoided wait is
-/// more than the eviction, the delay it adds to the other slot holders and the
-/// victim's wait for a slot back (the waiter's run or the soonest other end).
+/// more than the eviction plus the delay it adds to the other slot holders.
 bool latency_saved(const preemption_case& c) noexcept;
 
 /// Whether the waiter misses its objective even with the eviction (its slack

@@ -248,9 +248,6 @@ TEST_CASE("llamacpp engine: preemption by recompute gives every greedy stream it
   const auto want = solo(reqs);
   auto cfg = llama_config(scheduler_mode::overlap);
   cfg.scheduler.fixed_costs = costs(1e6); // transfers are dear: preempt by recompute
-  // Time slicing as the rank order asks: these alike runs would rarely cut the total wait by
-  // trading places, and the test is about how an eviction is done, not whether it pays.
-  cfg.scheduler.slo_gates_preemption = false;
   engine_fixture sut{cfg};
   check_same(run_all(*sut.engine, reqs), want);
   const auto st = sut.stats();

@@ -1,8 +1,7 @@
 // The preemption rule on plain figures: an eviction goes ahead only when it costs less than
 // the wait it avoids, never for a victim that ends before the eviction is done, and by the
 // rank order alone while nothing is known; where the objectives are known, only when it saves
-// the waiter's and does not break the victim's (unless the waiter's class is higher), and for a
-// waiter that meets its objective anyway, only when it cuts the total wait.
+// the waiter's and does not break the victim's (unless the waiter's class is higher).
 #include "actors/preemption_rule.hpp"
 
 #include <doctest/doctest.h>
@@ -53,20 +52,12 @@ preemption_case goodput_case(double waiter_slack, double victim_slack) {
   return c;
 }
 
-// The same with a waiter that runs 300 ms once it holds the slot: the victim is back in
-// a slot 300 ms after its eviction instead of 1 s.
-preemption_case short_waiter_case(double waiter_slack, double victim_slack) {
-  auto c = goodput_case(waiter_slack, victim_slack);
-  c.waiter_service_ms = 300;
-  return c;
-}
-
 } // namespace
 
 TEST_CASE("preemption_rule: an eviction that saves the waiter's objective goes ahead; one that "
           "does not goes ahead only for a waiter that meets it anyway") {
   CHECK(preemption_pays(goodput_case(500, 1e9)));  // waiting 1 s misses, 40 ms meets
-  CHECK(preemption_pays(short_waiter_case(1000, 1e9))); // meets it anyway: starts sooner, no one loses
+  CHECK(preemption_pays(goodput_case(1000, 1e9))); // meets it anyway: starts sooner, no one loses
   CHECK_FALSE(preemption_pays(goodput_case(30, 1e9)));   // misses it either way: demoted
   CHECK_FALSE(preemption_pays(goodput_case(-5, 1e9)));   // already past it
   CHECK(preemption_pays(goodput_case(preemption_case::unknown, 1e9))); // not known: rank order
@@ -74,44 +65,28 @@ TEST_CASE("preemption_rule: an eviction that saves the waiter's objective goes a
 
 TEST_CASE("preemption_rule: a waiter that meets its objective anyway never costs the victim its "
           "own, whatever its class") {
-  // The victim stalls for the eviction and until the waiter's run ends: 340 ms.
-  CHECK(preemption_pays(short_waiter_case(1000, 340)));
-  CHECK_FALSE(preemption_pays(short_waiter_case(1000, 339)));
-  auto higher = short_waiter_case(1000, 339);
+  // The victim stalls for the eviction and until a slot frees (1 s here): 1,040 ms.
+  CHECK(preemption_pays(goodput_case(1000, 1040)));
+  CHECK_FALSE(preemption_pays(goodput_case(1000, 1039)));
+  auto higher = goodput_case(1000, 1039);
   higher.waiter_outranks = true;
   CHECK_FALSE(preemption_pays(higher));
   // Still the cost first: an eviction dearer than the wait it avoids never pays.
-  auto dear = short_waiter_case(1000, 1e9);
+  auto dear = goodput_case(1000, 1e9);
   dear.eviction_ms = 1000;
   CHECK_FALSE(preemption_pays(dear));
 }
 
 TEST_CASE("preemption_rule: for a waiter that meets its objective anyway, the delay the eviction "
           "adds to the other slot holders counts against the wait it avoids") {
-  auto stalls = short_waiter_case(1000, 1e9); // 40 ms eviction, 300 ms back in, 1 s avoided
-  stalls.others_delay_ms = 659;               // 40 + 659 + 300 < 1000: still cuts the total wait
+  auto stalls = goodput_case(1000, 1e9); // 40 ms eviction, 1 s wait avoided
+  stalls.others_delay_ms = 959;          // 40 + 959 < 1000: still cuts the total wait
   CHECK(preemption_pays(stalls));
-  stalls.others_delay_ms = 660;
+  stalls.others_delay_ms = 960;
   CHECK_FALSE(preemption_pays(stalls));
   // Where the eviction decides the waiter's objective, the objective decides.
   auto saves = goodput_case(500, 1e9);
   saves.others_delay_ms = 5000;
-  CHECK(preemption_pays(saves));
-}
-
-TEST_CASE("preemption_rule: a waiter that meets its objective anyway evicts only where it runs "
-          "shorter than the wait it avoids, by more than the eviction: the victim's wait for a "
-          "slot back counts against the waiter's gain") {
-  auto c = goodput_case(1000, 1e9); // 40 ms eviction, 1 s wait avoided
-  c.waiter_service_ms = 3000;       // the victim would wait the whole 1 s it saves the waiter
-  CHECK_FALSE(preemption_pays(c));
-  c.waiter_service_ms = 960;        // 40 + 960: the total wait is not cut
-  CHECK_FALSE(preemption_pays(c));
-  c.waiter_service_ms = 959;
-  CHECK(preemption_pays(c));
-  // Where the eviction decides the waiter's objective, the waiter's length does not matter.
-  auto saves = goodput_case(500, 1e9);
-  saves.waiter_service_ms = 3000;
   CHECK(preemption_pays(saves));
 }
 

@@ -49,18 +49,13 @@ std::vector<std::vector<backends::token_id>> run_all(actors::engine& e,
 
 TEST_CASE("scheduler: a backend without snapshots is preempted by recompute only, streams stay exact") {
   const auto reqs = greedy_workload(12);
-  // Time slicing as the rank order asks (no objective decides): the runs here are alike, so
-  // the objectives would let few evictions pay, and this test is about how they are done.
-  auto sliced = test::small_config(scheduler_mode::overlap);
-  sliced.scheduler.slo_gates_preemption = false;
-  engine_fixture with_snapshots{sliced};
+  engine_fixture with_snapshots{test::small_config(scheduler_mode::overlap)};
   const auto want = run_all(*with_snapshots.engine, reqs);
   CHECK(with_snapshots.stats().swaps > 0); // the same workload does swap when it can
 
   for (auto mode : {scheduler_mode::sync, scheduler_mode::overlap}) {
     CAPTURE(actors::to_string(mode));
     auto cfg = test::small_config(mode);
-    cfg.scheduler.slo_gates_preemption = false;
     cfg.models.front().backend.sim.snapshots = false;
     engine_fixture sut{cfg};
     REQUIRE_FALSE(sut.sim().info().caps.snapshots);
