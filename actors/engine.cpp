@@ -1,6 +1,7 @@
 #include "actors/engine.hpp"
 
 #include "actors/constrained_decoding.hpp"
+#include "actors/door_forecast.hpp"
 #include "actors/model_fingerprint.hpp"
 #include "actors/store_restart.hpp"
 #include "backends/factory.hpp"
@@ -10,6 +11,7 @@
 #include <caf/send.hpp>
 
 #include <algorithm>
+#include <cmath>
 
 namespace kvlane::actors {
 
@@ -35,6 +37,7 @@ std::string_view to_string(submit_errc e) noexcept {
     case submit_errc::draining: return "draining";
     case submit_errc::shutting_down: return "shutting_down";
     case submit_errc::model_failed: return "model_failed";
+    case submit_errc::busy: return "busy";
   }
   return "unknown";
 }
@@ -67,6 +70,24 @@ std::optional<std::string> check_constraint(const output_constraint& c) {
                          i, t);
   }
   return std::nullopt;
+}
+
+// A request of class `cls` that `m` would start too late ([scheduler.slo] refuse_over).
+std::optional<submit_error> refuse_at_door(const model_entry& m, priority_class cls) {
+  if (!m.door)
+    return std::nullopt;
+  const auto figures = m.door->read();
+  const auto start = door_refusal(figures, cls);
+  if (!start)
+    return std::nullopt;
+  const auto limit = figures.refuse_after_ms[static_cast<std::size_t>(cls)];
+  submit_error e{submit_errc::busy, {}, static_cast<std::uint64_t>(std::ceil(*start))};
+  e.message = fmt::format("model '{}' is predicted to start this {} request in {:.1f} s, later "
+                          "than the {:.1f} s it may wait ([scheduler.slo] refuse_over times the "
+                          "{} TTFT objective); retry after {:.1f} s",
+                          m.name, to_string(cls), *start / 1000.0, limit / 1000.0,
+                          to_string(cls), *start / 1000.0);
+  return e;
 }
 
 } // namespace
@@ -195,6 +216,8 @@ expected<submission_ptr, submit_error> engine::prepare(submit_request& req, cons
     return fail(submit_errc::model_failed,
                 fmt::format("model '{}' failed and accepts no requests: {}", m->name,
                             m->health->reason()));
+  if (auto busy = refuse_at_door(*m, req.priority))
+    return unexpected(std::move(*busy));
   const auto& info = m->info;
   const auto& tok = m->backend->tokens();
 

@@ -81,12 +81,17 @@ enum class submit_errc : std::uint8_t {
   draining,      ///< not admitting new requests (kvlane drain, SIGTERM grace)
   shutting_down,
   model_failed,  ///< the model's scheduler stopped; the model serves nothing any more
+  /// Refused at the door: predicted to get a slot later than [scheduler.slo] refuse_over
+  /// allows (actors/door_forecast); retry_after_ms says when it is predicted to start.
+  busy,
 };
 std::string_view to_string(submit_errc e) noexcept;
 
 struct submit_error {
   submit_errc code = submit_errc::invalid_request;
   std::string message;
+  /// busy: how long until the request was predicted to get a slot, in ms.
+  std::uint64_t retry_after_ms = 0;
 };
 
 /// One finished request, for metrics and the completion log line.

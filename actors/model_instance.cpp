@@ -1,5 +1,7 @@
 #include "actors/model_instance.hpp"
 
+#include "actors/door_forecast.hpp"
+
 #include "actors/model_fingerprint.hpp"
 #include "backends/factory.hpp"
 #include "common/logging.hpp"
@@ -58,6 +60,8 @@ load_model_instance(const instance_context& ctx, const engine_config& cfg, std::
   setup.compute_heartbeat = e->compute_heartbeat;
   setup.transfer_heartbeat = e->transfer_heartbeat;
   setup.device = e->device;
+  e->door = std::make_shared<door_board>();
+  setup.door = e->door;
   e->scheduler = spawn_scheduler(*ctx.sys, std::move(setup));
   e->health = std::make_shared<model_health>();
   e->grammar = std::make_shared<model_grammar>(

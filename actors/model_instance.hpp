@@ -56,6 +56,8 @@ struct model_entry {
   /// loaded model on the same device).
   std::shared_ptr<shared_device> device;
   std::shared_ptr<model_health> health; ///< failed or serving, and the latest figures
+  /// What its scheduler last published for refusals at the door (actors/door_forecast).
+  std::shared_ptr<door_board> door;
   /// Its grammar vocabulary (built on the first constrained request) and mask caches.
   std::shared_ptr<model_grammar> grammar;
   std::chrono::milliseconds load_time{0}; ///< how long loading it took

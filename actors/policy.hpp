@@ -98,6 +98,9 @@ struct scheduler_policy {
   /// The latency objectives per class ([scheduler.slo]): a preemption must save one
   /// (actors/preemption_rule).
   slo_targets slo;
+  /// [scheduler.slo] refuse_over: a request predicted to get a slot later than this many
+  /// times its class's TTFT objective is refused at the door (actors/door_forecast); 0: never.
+  double refuse_over = 0;
   /// Not a config key: false leaves preemption to cost alone, as if no objective were known
   /// (tests that need every eviction that pays its cost, whatever the timing).
   bool slo_gates_preemption = true;

@@ -296,6 +296,19 @@ private:
         plan_slots(1);
     }
     maybe_step();
+    publish_door();
+  }
+
+  // What submit() refuses a request at the door on (actors/door_forecast).
+  void publish_door() {
+    if (!st_.setup.door)
+      return;
+    std::uint32_t free = 0;
+    for (slot_id i = 0; i < st_.seqs.owners().size(); ++i)
+      free += !st_.seqs.owners()[i] && !st_.kv->warm_in(i);
+    st_.setup.door->publish(door_figures_of(st_.seqs, st_.grants, clock::now(),
+                                            st_.rules.order != rank_order::arrival, free,
+                                            st_.door_limits));
   }
 
   // A burst of submits is planned once, not once per submit: a submit only
@@ -493,6 +506,7 @@ void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
   st.spare = st.serialized || !st.rules.keeps_spare ? 0 : p.spare_slots;
   st.slo = p.slo;
   st.slo_gates = p.slo_gates_preemption;
+  st.door_limits = door_limits(p.slo, p.refuse_over);
   st.costs.set_alpha(p.ewma_alpha);
   st.costs.fix(p.fixed_costs);
   st.faults.set_knobs(p.faults);

@@ -50,6 +50,8 @@ namespace kvlane::actors {
 /// For tests and tracing.
 using scheduler_observer = std::function<void(std::string_view model, seq_id, seq_phase)>;
 
+class door_board; // actors/door_forecast
+
 struct scheduler_setup {
   std::string model;
   std::uint32_t model_index = 0;
@@ -61,6 +63,9 @@ struct scheduler_setup {
   std::shared_ptr<lane_heartbeat> compute_heartbeat;  ///< required
   std::shared_ptr<lane_heartbeat> transfer_heartbeat; ///< required
   std::shared_ptr<shared_device> device; ///< required: the gates its lanes pass (actors/device_gate)
+  /// Optional: where it publishes, after each planning round, what submit()
+  /// refuses a request at the door on (actors/door_forecast).
+  std::shared_ptr<door_board> door;
 };
 
 using scheduler_stats_ptr = std::shared_ptr<const scheduler_stats>;

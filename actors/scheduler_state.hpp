@@ -9,6 +9,7 @@
 // Threading: the scheduler actor's own state; touched from its handlers only.
 
 #include "actors/cost_model.hpp"
+#include "actors/door_forecast.hpp"
 #include "actors/fault_policy.hpp"
 #include "actors/kv_keeper.hpp"
 #include "actors/lane.hpp"
@@ -24,6 +25,7 @@
 
 #include <caf/response_promise.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -54,6 +56,8 @@ struct scheduler_state {
                            ///< in a mode that keeps none (mode_rules::keeps_spare)
   slo_targets slo; ///< [scheduler.slo]: what a preemption must save
   bool slo_gates = true;
+  std::array<double, 2> door_limits{}; ///< per class: refused beyond this predicted start (0: never)
+  grant_meter grants;                  ///< how fast slots go to waiting sequences, for the door
 
   std::uint64_t step_number = 0;
   bool step_in_flight = false;

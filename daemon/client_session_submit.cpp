@@ -36,6 +36,7 @@ proto::errc to_wire(actors::submit_errc e) {
     case actors::submit_errc::draining:
     case actors::submit_errc::shutting_down: return proto::errc::shutting_down;
     case actors::submit_errc::model_failed: return proto::errc::model_failed;
+    case actors::submit_errc::busy: return proto::errc::busy;
   }
   return proto::errc::internal;
 }

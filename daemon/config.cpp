@@ -252,8 +252,11 @@ status parse_scheduler_faults(const reporter& r, const section& scheduler,
   return {};
 }
 
-// [scheduler.slo]: the objectives per class, in whole milliseconds (1 ms to 1 day).
-status parse_scheduler_slo(const reporter& r, const section& scheduler, actors::slo_targets& out) {
+// [scheduler.slo]: the objectives per class, in whole milliseconds (1 ms to 1 day), and the
+// refusal at the door (0: never, else at least 1: a request that could still meet its
+// objective is never refused).
+status parse_scheduler_slo(const reporter& r, const section& scheduler, actors::slo_targets& out,
+                           double& refuse_over) {
   auto table = find_table(r, scheduler, "slo");
   if (!table)
     return unexpected(std::move(table.error()));
@@ -261,7 +264,8 @@ status parse_scheduler_slo(const reporter& r, const section& scheduler, actors::
     return {};
   const section s{**table, scheduler.key("slo")};
   KVLANE_CONFIG_TRY(check_keys(
-    r, s, {"interactive_ttft_ms", "interactive_tpot_ms", "batch_ttft_ms", "batch_tpot_ms"}));
+    r, s, {"interactive_ttft_ms", "interactive_tpot_ms", "batch_ttft_ms", "batch_tpot_ms",
+           "refuse_over"}));
   const auto read_ms = [&](std::string_view key, double& value) -> status {
     auto ms = static_cast<std::uint32_t>(value);
     KVLANE_CONFIG_TRY(read_int(r, s, key, ms, 1, 86'400'000));
@@ -272,6 +276,13 @@ status parse_scheduler_slo(const reporter& r, const section& scheduler, actors::
   KVLANE_CONFIG_TRY(read_ms("interactive_tpot_ms", out.interactive.tpot_ms));
   KVLANE_CONFIG_TRY(read_ms("batch_ttft_ms", out.batch.ttft_ms));
   KVLANE_CONFIG_TRY(read_ms("batch_tpot_ms", out.batch.tpot_ms));
+  KVLANE_CONFIG_TRY(read_real(r, s, "refuse_over", refuse_over, {0.0, false, 1000.0, false}));
+  if (refuse_over > 0 && refuse_over < 1)
+    return unexpected(r.bad_value(
+      s.key("refuse_over"), s.line("refuse_over"),
+      fmt::format("must be 0 (never refuse) or at least 1: a request predicted to start within "
+                  "its TTFT objective is never refused (got {})",
+                  refuse_over)));
   return {};
 }
 
@@ -310,7 +321,7 @@ status parse_scheduler(const reporter& r, const section& root, actors::scheduler
   KVLANE_CONFIG_TRY(read_bool(r, s, "batch_prefill_yields", out.batch_prefill_yields));
   KVLANE_CONFIG_TRY(read_int(r, s, "aging_steps", out.aging_steps, 0, 1'000'000'000));
   KVLANE_CONFIG_TRY(read_real(r, s, "ewma_alpha", out.ewma_alpha, {0.0, true, 1.0, false}));
-  KVLANE_CONFIG_TRY(parse_scheduler_slo(r, s, out.slo));
+  KVLANE_CONFIG_TRY(parse_scheduler_slo(r, s, out.slo, out.refuse_over));
   return parse_scheduler_faults(r, s, out.faults);
 }
 

@@ -20,7 +20,7 @@ struct api_error {
   std::string message;
   std::string param; ///< the offending request field, dotted ("messages[1].role"); may be empty
   std::string code;  ///< machine-readable ("model_not_found"); may be empty
-  std::optional<unsigned> retry_after; ///< seconds, for 503
+  std::optional<unsigned> retry_after; ///< seconds: the Retry-After header (429, 503)
 };
 
 /// 400 invalid_request_error naming `param`.

@@ -214,6 +214,12 @@ api_error from_submit_error(const actors::submit_error& e, std::string_view prom
       out.code = std::string{actors::to_string(e.code)};
       out.retry_after = 10;
       break;
+    case actors::submit_errc::busy: // refused at the door: Retry-After is the predicted start
+      out.status = 429;
+      out.type = "requests";
+      out.code = "predicted_wait_too_long";
+      out.retry_after = static_cast<unsigned>(std::max<std::uint64_t>(1, (e.retry_after_ms + 999) / 1000));
+      break;
   }
   return out;
 }

@@ -110,6 +110,7 @@ void check_same(const config& a, const config& b) {
   CHECK(a.scheduler.ewma_alpha == b.scheduler.ewma_alpha);
   CHECK(a.scheduler.faults == b.scheduler.faults);
   CHECK(a.scheduler.slo == b.scheduler.slo);
+  CHECK(a.scheduler.refuse_over == b.scheduler.refuse_over);
   CHECK(a.reuse == b.reuse);
   CHECK(a.store == b.store);
   CHECK(a.clients.socket_mode == b.clients.socket_mode);
@@ -198,6 +199,7 @@ TEST_CASE("config: a minimal file yields every documented default") {
   CHECK(sut.scheduler.slo == kvlane::actors::slo_targets{});
   CHECK(sut.scheduler.slo.interactive.ttft_ms == 2000);
   CHECK(sut.scheduler.slo.batch.tpot_ms == 1000);
+  CHECK(sut.scheduler.refuse_over == 0);
   CHECK(sut.reuse.mode == kvlane::actors::reuse_mode::store);
   CHECK(sut.reuse.scope == kvlane::actors::reuse_scope::user);
   CHECK(sut.reuse.store_share == 0.5);
@@ -344,6 +346,7 @@ interactive_ttft_ms = 1500
 interactive_tpot_ms = 100
 batch_ttft_ms = 30000
 batch_tpot_ms = 500
+refuse_over = 4
 [store]
 max_bytes = 4294967296
 warm_pool_bytes = "1GiB"
@@ -426,6 +429,7 @@ listen = "[::1]:9464"
   CHECK(sut.scheduler.slo.interactive.tpot_ms == 100);
   CHECK(sut.scheduler.slo.batch.ttft_ms == 30000);
   CHECK(sut.scheduler.slo.batch.tpot_ms == 500);
+  CHECK(sut.scheduler.refuse_over == 4);
   CHECK(sut.store.max_bytes == 4ull << 30);
   CHECK(sut.store.warm_pool_bytes == 1ull << 30);
   CHECK(sut.store.eviction == kvlane::ipc::eviction_value::recency);
@@ -613,6 +617,10 @@ TEST_CASE("config: out-of-range values are errors naming key, line and the allow
     {"[scheduler]\nquantum_tokens = 0\n", "scheduler.quantum_tokens", "between 1 and 1000000"},
     {"[scheduler.slo]\ninteractive_ttft_ms = 0\n", "scheduler.slo.interactive_ttft_ms", "between 1 and 86400000 (got 0)"},
     {"[scheduler.slo]\nbatch_tpot_ms = 86400001\n", "scheduler.slo.batch_tpot_ms", "between 1 and 86400000"},
+    {"[scheduler.slo]\nrefuse_over = 0.5\n", "scheduler.slo.refuse_over",
+     "must be 0 (never refuse) or at least 1: a request predicted to start within its TTFT "
+     "objective is never refused (got 0.5)"},
+    {"[scheduler.slo]\nrefuse_over = 1001\n", "scheduler.slo.refuse_over", "between 0 and 1000 (got 1001)"},
     {"[scheduler]\nspare_slots = 65\n", "scheduler.spare_slots", "between 0 and 64"},
     {"[scheduler]\nlevels = 0\n", "scheduler.levels", "between 1 and 16"},
     {"[scheduler]\nlevels = 16\nquantum_tokens = 1000000\n", "scheduler.levels",

@@ -1,0 +1,91 @@
+#include "actors/door_forecast.hpp"
+
+#include "actors/sequence_table.hpp"
+
+#include <chrono>
+
+namespace kvlane::actors {
+
+namespace {
+
+std::size_t index_of(priority_class c) noexcept { return static_cast<std::size_t>(c); }
+
+std::uint32_t less(std::uint32_t a, std::uint32_t b) noexcept { return a > b ? a - b : 0; }
+
+} // namespace
+
+std::optional<double> predicted_start_ms(const door_figures& f, priority_class cls) noexcept {
+  const auto ahead = f.ahead[index_of(cls)];
+  if (f.free_slots > ahead)
+    return 0.0;
+  if (!(f.grants_per_s > 0))
+    return std::nullopt;
+  // It takes the (ahead - free + 1)-th slot handed out from now.
+  return static_cast<double>(ahead - f.free_slots + 1) / f.grants_per_s * 1000.0;
+}
+
+std::optional<double> door_refusal(const door_figures& f, priority_class cls) noexcept {
+  const double limit = f.refuse_after_ms[index_of(cls)];
+  if (!(limit > 0))
+    return std::nullopt;
+  const auto start = predicted_start_ms(f, cls);
+  if (!start || *start <= limit)
+    return std::nullopt;
+  return start;
+}
+
+std::array<std::uint32_t, 2> door_ahead(const sequence_table& table, bool by_class) {
+  std::array<std::uint32_t, 2> waiting{};
+  for (std::size_t c = 0; c < 2; ++c)
+    waiting[c] = table.count(kv_state::queued)[c] + table.count(kv_state::parked)[c];
+  const auto& demoted = table.demoted_waiting();
+  if (!by_class) {
+    const auto all = waiting[0] + waiting[1];
+    return {all, all};
+  }
+  return {less(waiting[0], demoted[0]), waiting[0] + less(waiting[1], demoted[1])};
+}
+
+std::array<double, 2> door_limits(const slo_targets& slo, double refuse_over) noexcept {
+  if (!(refuse_over > 0))
+    return {0.0, 0.0};
+  return {refuse_over * slo.interactive.ttft_ms, refuse_over * slo.batch.ttft_ms};
+}
+
+door_figures door_figures_of(const sequence_table& table, grant_meter& meter,
+                             std::chrono::steady_clock::time_point now, bool by_class,
+                             std::uint32_t free_slots, const std::array<double, 2>& limits) {
+  meter.observe(now, table.grants());
+  door_figures f;
+  f.free_slots = free_slots;
+  f.ahead = door_ahead(table, by_class);
+  f.grants_per_s = meter.per_second(now);
+  f.refuse_after_ms = limits;
+  return f;
+}
+
+void grant_meter::observe(time_point now, std::uint64_t total_grants) {
+  if (count_ > 0) {
+    const auto& last = samples_[(next_ + window - 1) % window];
+    if (total_grants <= last.total)
+      return; // nothing granted since the last sample
+  }
+  samples_[next_] = {now, total_grants};
+  next_ = (next_ + 1) % window;
+  if (count_ < window)
+    ++count_;
+}
+
+double grant_meter::per_second(time_point now) const {
+  if (count_ < 2)
+    return 0;
+  const auto& oldest = samples_[count_ < window ? 0 : next_];
+  const auto& newest = samples_[(next_ + window - 1) % window];
+  const auto grants = newest.total - oldest.total;
+  const double seconds = std::chrono::duration<double>(now - oldest.at).count();
+  if (grants < min_grants || !(seconds > 0))
+    return 0;
+  return static_cast<double>(grants) / seconds;
+}
+
+} // namespace kvlane::actors

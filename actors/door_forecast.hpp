@@ -1,0 +1,125 @@
+#pragma once
+
+// kvlane::actors::door_forecast — when a request that arrives now would get a
+// slot, and whether it is refused at the door because it would miss its
+// objective by far ([scheduler.slo] refuse_over).
+//
+// Problem it solves: under overload a request can wait many times its class's
+// TTFT objective for a slot. A client told so at once can retry later, go
+// elsewhere or shed load, instead of holding a connection for a first token
+// that comes too late. The scheduler knows what waits and how fast slots are
+// handed out; submit() has to decide on the caller's thread, without a round
+// trip to the scheduler. So the scheduler publishes a few figures after each
+// planning round (door_board) and submit() reads them.
+//
+// The forecast (predicted_start_ms): a request arriving now ranks after the
+// waiting sequences ahead of it (door_ahead: those of its class that can still
+// meet their objective, since a demoted one ranks after it, and every waiting
+// interactive one if it is batch; in arrival order, every waiting one). It
+// gets a slot at once if more slots are free than sequences wait ahead of it;
+// otherwise once the ones ahead, less the free slots, have been given one, at
+// the rate slots went to waiting sequences over the last grants (grant_meter).
+// An estimate: it leaves out the request's own prefill, MLFQ levels (a short
+// prompt joins ahead of sequences that have used up their quantum), and the
+// slot a preemption would give it. With fewer than grant_meter::min_grants
+// grants measured there is no forecast, and nothing is refused.
+//
+// Pure but for door_board (values in, figures out; no clock). Threading:
+// grant_meter is owned by one scheduler; door_board is thread-safe.
+
+#include "actors/messages.hpp"
+#include "actors/slo.hpp"
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+
+namespace kvlane::actors {
+
+class sequence_table;
+
+/// What the scheduler publishes for the door, per class where it differs.
+struct door_figures {
+  std::uint32_t free_slots = 0; ///< slots a new request could take now
+  /// Per class (interactive, batch): waiting sequences a new request ranks after.
+  std::array<std::uint32_t, 2> ahead{};
+  double grants_per_s = 0; ///< slots given to waiting sequences per second; 0: not measured
+  /// Per class: a predicted start later than this is refused ([scheduler.slo] refuse_over
+  /// times the class's TTFT objective); 0: never.
+  std::array<double, 2> refuse_after_ms{};
+
+  friend bool operator==(const door_figures&, const door_figures&) = default;
+};
+
+/// When a request of class `cls` arriving now is expected to get a slot, in
+/// milliseconds from now; nullopt while the grant rate is not measured.
+std::optional<double> predicted_start_ms(const door_figures& f, priority_class cls) noexcept;
+
+/// The refusal at the door: the predicted start of a request of class `cls`
+/// when it is later than the class's limit; nullopt admits it (no limit, no
+/// forecast, or a start within the limit).
+std::optional<double> door_refusal(const door_figures& f, priority_class cls) noexcept;
+
+/// Per class: the waiting sequences of `table` a new request ranks after
+/// (`by_class`: interactive before batch and demoted ones last, the MLFQ and
+/// priority orders; otherwise arrival order, every waiting sequence).
+std::array<std::uint32_t, 2> door_ahead(const sequence_table& table, bool by_class);
+
+/// The limit per class: `refuse_over` times its TTFT objective (0: never).
+std::array<double, 2> door_limits(const slo_targets& slo, double refuse_over) noexcept;
+
+class grant_meter;
+
+/// The figures of `table` at `now`, sampling its grants into `meter`, with
+/// `free_slots` free and the limits of door_limits.
+door_figures door_figures_of(const sequence_table& table, grant_meter& meter,
+                             std::chrono::steady_clock::time_point now, bool by_class,
+                             std::uint32_t free_slots, const std::array<double, 2>& limits);
+
+/// The rate at which slots go to waiting sequences, from the table's running
+/// count of grants sampled at each planning round.
+class grant_meter {
+public:
+  using time_point = std::chrono::steady_clock::time_point;
+  /// Samples kept: the rate covers the last `window` rounds that granted slots.
+  static constexpr std::size_t window = 32;
+  /// Grants in the window before a rate is given.
+  static constexpr std::uint64_t min_grants = 4;
+
+  /// The table's count of grants at `now` (it only grows).
+  void observe(time_point now, std::uint64_t total_grants);
+  /// Grants per second from the oldest sample to `now` (so a rate decays while
+  /// nothing is granted); 0 with fewer than min_grants grants in the window.
+  double per_second(time_point now) const;
+
+private:
+  struct sample {
+    time_point at;
+    std::uint64_t total = 0;
+  };
+  std::array<sample, window> samples_{};
+  std::size_t count_ = 0; ///< samples held (up to window)
+  std::size_t next_ = 0;  ///< where the next sample goes
+};
+
+/// The figures the scheduler last published, for submit() on any thread.
+class door_board {
+public:
+  void publish(const door_figures& f) {
+    std::lock_guard lock{mu_};
+    figures_ = f;
+  }
+  door_figures read() const {
+    std::lock_guard lock{mu_};
+    return figures_;
+  }
+
+private:
+  mutable std::mutex mu_;
+  door_figures figures_;
+};
+
+} // namespace kvlane::actors

@@ -1,0 +1,167 @@
+#include "actors/door_forecast.hpp"
+
+#include "actors/sequence_table.hpp"
+
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+using namespace kvlane::actors;
+using namespace std::chrono_literals;
+using time_point = std::chrono::steady_clock::time_point;
+
+namespace {
+
+constexpr auto interactive = priority_class::interactive;
+constexpr auto batch = priority_class::batch;
+
+sequence& add(sequence_table& t, seq_id id, priority_class cls) {
+  submission s;
+  s.id = id;
+  s.client = "c";
+  s.priority = cls;
+  s.prompt.resize(20);
+  std::iota(s.prompt.begin(), s.prompt.end(), 1);
+  auto seq = std::make_unique<sequence>(s);
+  seq->position = mlfq_position{cls, 0, 0, id, 0};
+  return t.add(std::move(seq), s.client);
+}
+
+door_figures figures(std::uint32_t free, std::uint32_t ahead_interactive, std::uint32_t ahead_batch,
+                     double grants_per_s, double limit_interactive = 0, double limit_batch = 0) {
+  door_figures f;
+  f.free_slots = free;
+  f.ahead = {ahead_interactive, ahead_batch};
+  f.grants_per_s = grants_per_s;
+  f.refuse_after_ms = {limit_interactive, limit_batch};
+  return f;
+}
+
+} // namespace
+
+TEST_CASE("door_forecast: a request starts at once while more slots are free than wait ahead, "
+          "else after the ones ahead less the free slots are granted at the measured rate") {
+  CHECK(predicted_start_ms(figures(3, 2, 2, 0), interactive) == 0.0); // even with no rate
+  // 5 ahead, 1 free: it takes the 5th slot handed out from now, at 2 a second.
+  CHECK(predicted_start_ms(figures(1, 5, 9, 2), interactive) == doctest::Approx(2500));
+  CHECK(predicted_start_ms(figures(1, 5, 9, 2), batch) == doctest::Approx(4500));
+  CHECK(predicted_start_ms(figures(0, 0, 0, 4), interactive) == doctest::Approx(250));
+  // Unmeasured rate: no forecast where it would have to wait.
+  CHECK_FALSE(predicted_start_ms(figures(0, 1, 1, 0), interactive).has_value());
+}
+
+TEST_CASE("door_forecast: a request is refused only where its class has a limit and its "
+          "predicted start is past it, and the refusal carries the predicted start") {
+  CHECK_FALSE(door_refusal(figures(0, 40, 40, 1), interactive)); // no limit: never
+  CHECK_FALSE(door_refusal(figures(0, 40, 40, 0, 100, 100), interactive)); // no forecast
+  CHECK_FALSE(door_refusal(figures(0, 1, 1, 10, 200, 200), interactive)); // 200 ms: not past it
+  const auto refused = door_refusal(figures(0, 1, 1, 10, 199, 0), interactive);
+  REQUIRE(refused);
+  CHECK(*refused == doctest::Approx(200));
+  CHECK_FALSE(door_refusal(figures(0, 1, 1, 10, 199, 0), batch)); // batch has no limit here
+}
+
+TEST_CASE("door_forecast: limits are refuse_over times each class's TTFT objective, none at 0") {
+  slo_targets slo;
+  slo.interactive.ttft_ms = 2000;
+  slo.batch.ttft_ms = 60000;
+  CHECK(door_limits(slo, 0) == std::array<double, 2>{0, 0});
+  CHECK(door_limits(slo, 4) == std::array<double, 2>{8000, 240000});
+}
+
+TEST_CASE("door_forecast: the grant rate needs min_grants grants, covers the last window of "
+          "granting rounds and decays while nothing is granted") {
+  grant_meter m;
+  const time_point t0{};
+  m.observe(t0, 0);
+  m.observe(t0 + 100ms, 2);
+  m.observe(t0 + 200ms, 3);
+  CHECK(m.per_second(t0 + 200ms) == 0); // 3 grants: not yet
+  m.observe(t0 + 250ms, 3);             // nothing new: no sample
+  m.observe(t0 + 300ms, 4);
+  CHECK(m.per_second(t0 + 300ms) == doctest::Approx(4 / 0.3));
+  CHECK(m.per_second(t0 + 800ms) == doctest::Approx(4 / 0.8)); // nothing since: it decays
+
+  // A slow start is forgotten once a window of faster rounds follows it.
+  grant_meter w;
+  w.observe(t0, 0);
+  w.observe(t0 + 10s, 1);
+  auto t = t0 + 10s;
+  for (std::uint64_t n = 2; n < 2 + grant_meter::window; ++n) {
+    t += 100ms;
+    w.observe(t, n);
+  }
+  // The oldest sample kept is 31 rounds back: 31 grants in 3.1 s.
+  CHECK(w.per_second(t) == doctest::Approx(10.0));
+}
+
+TEST_CASE("door_forecast: ahead of a new request wait the waiting sequences of its class that "
+          "are not demoted, and every waiting interactive one ahead of batch") {
+  sequence_table t{rank_order::mlfq, 2};
+  auto& running = add(t, 1, interactive);
+  t.set_state(running, kv_state::resident);
+  t.take_slot(running, 0);
+  add(t, 2, interactive);
+  auto& late = add(t, 3, interactive);
+  auto& parked = add(t, 4, interactive);
+  t.set_state(parked, kv_state::parked);
+  add(t, 5, batch);
+  auto& late_batch = add(t, 6, batch);
+  CHECK(door_ahead(t, true) == std::array<std::uint32_t, 2>{3, 5});
+
+  t.demote(late);
+  t.demote(late_batch);
+  CHECK(t.demoted_waiting() == std::array<std::uint32_t, 2>{1, 1});
+  // The demoted interactive one still ranks ahead of any batch request.
+  CHECK(door_ahead(t, true) == std::array<std::uint32_t, 2>{2, 4});
+  // In arrival order everything waiting is ahead, demoted or not.
+  CHECK(door_ahead(t, false) == std::array<std::uint32_t, 2>{5, 5});
+
+  // A demoted sequence that takes a slot no longer waits.
+  t.set_state(late, kv_state::resident);
+  t.take_slot(late, 1);
+  CHECK(t.demoted_waiting() == std::array<std::uint32_t, 2>{0, 1});
+  CHECK(door_ahead(t, true) == std::array<std::uint32_t, 2>{2, 3});
+  // Nor one that is cancelled (unranked) or erased.
+  t.unrank(late_batch);
+  CHECK(t.demoted_waiting() == std::array<std::uint32_t, 2>{0, 0});
+  t.erase(6);
+  CHECK(t.demoted_waiting() == std::array<std::uint32_t, 2>{0, 0});
+  CHECK(t.grants() == 2);
+}
+
+TEST_CASE("door_forecast: aging returns a demoted waiting sequence to the top, ahead of new "
+          "requests again") {
+  sequence_table t{rank_order::mlfq, 1};
+  auto& waiting = add(t, 1, interactive);
+  t.demote(waiting);
+  CHECK(door_ahead(t, true)[0] == 0);
+  t.age(1); // one step waited reaches aging_steps = 1
+  CHECK_FALSE(waiting.position.demoted);
+  CHECK(t.demoted_waiting() == std::array<std::uint32_t, 2>{0, 0});
+  CHECK(door_ahead(t, true)[0] == 1);
+}
+
+TEST_CASE("door_forecast: the published figures are the table's, the meter's rate and the "
+          "limits, and a board hands them to any reader") {
+  sequence_table t{rank_order::mlfq, 2};
+  for (seq_id id = 1; id <= 6; ++id) {
+    auto& s = add(t, id, id <= 4 ? interactive : batch);
+    if (id <= 4) { // four grants, one every 100 ms
+      t.set_state(s, kv_state::resident);
+      t.take_slot(s, static_cast<slot_id>(id % 2));
+    }
+  }
+  grant_meter m;
+  const time_point t0{};
+  m.observe(t0, 0);
+  const auto f = door_figures_of(t, m, t0 + 400ms, true, 0, {100, 0});
+  CHECK(f.free_slots == 0);
+  CHECK(f.ahead == std::array<std::uint32_t, 2>{0, 2});
+  CHECK(f.grants_per_s == doctest::Approx(10.0));
+  CHECK(f.refuse_after_ms == std::array<double, 2>{100, 0});
+  door_board board;
+  board.publish(f);
+  CHECK(board.read() == f);
+  CHECK(predicted_start_ms(board.read(), batch) == doctest::Approx(300));
+}
