@@ -31,6 +31,7 @@
 #include "actors/slo.hpp"
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -116,10 +117,14 @@ public:
     std::lock_guard lock{mu_};
     return figures_;
   }
+  /// One request refused (submit()); the count goes to the model's statistics.
+  void count_refusal() noexcept { refused_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t refusals() const noexcept { return refused_.load(std::memory_order_relaxed); }
 
 private:
   mutable std::mutex mu_;
   door_figures figures_;
+  std::atomic<std::uint64_t> refused_{0};
 };
 
 } // namespace kvlane::actors

@@ -80,6 +80,7 @@ std::optional<submit_error> refuse_at_door(const model_entry& m, priority_class 
   const auto start = door_refusal(figures, cls);
   if (!start)
     return std::nullopt;
+  m.door->count_refusal();
   const auto limit = figures.refuse_after_ms[static_cast<std::size_t>(cls)];
   submit_error e{submit_errc::busy, {}, static_cast<std::uint64_t>(std::ceil(*start))};
   e.message = fmt::format("model '{}' is predicted to start this {} request in {:.1f} s, later "

@@ -210,8 +210,10 @@ public:
   // -- figures and the admin (actors/scheduler_report, kvlane cache drop) ------
 
   scheduler_stats_ptr stats() const {
-    return std::make_shared<const scheduler_stats>(
-      report_stats(st_.stats, st_.info, st_.seqs, st_.costs, st_.faults, *st_.kv, clock::now()));
+    auto out = report_stats(st_.stats, st_.info, st_.seqs, st_.costs, st_.faults, *st_.kv,
+                            clock::now());
+    out.refused = st_.setup.door ? st_.setup.door->refusals() : 0;
+    return std::make_shared<const scheduler_stats>(std::move(out));
   }
   sequence_list_ptr list() const {
     return std::make_shared<const std::vector<sequence_info>>(

@@ -62,6 +62,8 @@ struct scheduler_stats {
   /// Sequences ranked down because they could no longer meet their TTFT
   /// objective (docs/scheduling.md "Goodput").
   std::uint64_t demoted = 0;
+  /// Requests refused at the door ([scheduler.slo] refuse_over, actors/door_forecast).
+  std::uint64_t refused = 0;
   std::uint64_t dumps = 0, loads = 0, snapshots_lost = 0;
   std::uint64_t step_failures = 0, dump_failures = 0, load_failures = 0;
   /// Step faults (actors/fault_policy, docs/scheduling.md "Failures").

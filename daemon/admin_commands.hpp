@@ -42,6 +42,7 @@ struct admin_services {
   std::function<std::uint64_t()> clients_connected;          ///< optional
   std::function<reload_report()> reload;                     ///< optional
   std::function<actors::slo_targets()> slo; ///< optional: [scheduler.slo] as now in force
+  std::function<double()> refuse_over;       ///< optional: [scheduler.slo] refuse_over, the same
   std::function<std::string(std::string_view, std::string_view)> set_log_level; ///< error or ""
   /// [[http.keys]] names in order: key i's reuse scope is owner actors::http_owner + 1 + i.
   std::vector<std::string> http_keys;

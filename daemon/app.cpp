@@ -229,6 +229,7 @@ expected<std::unique_ptr<app>, std::string> app::create(config cfg, std::string 
   sv.reload = [s = self.get()] { return s->reload(); };
   // Read on the admin thread, the one that reloads.
   sv.slo = [s = self.get()] { return s->cfg_.scheduler.slo; };
+  sv.refuse_over = [s = self.get()] { return s->cfg_.scheduler.refuse_over; };
   for (auto& k : self->cfg_.http.keys)
     sv.http_keys.push_back(k.name);
   sv.set_log_level = [](std::string_view logger, std::string_view level) {

@@ -237,6 +237,11 @@ std::string metrics::render(const std::vector<actors::scheduler_stats>& schedule
            "objective.");
   for (auto& s : schedulers)
     w.sample("kvlane_demoted_total", model_label(s.model), double(s.demoted));
+  w.family("kvlane_refused_total", "counter",
+           "Requests refused at the door: predicted to start later than [scheduler.slo] "
+           "refuse_over allows.");
+  for (auto& s : schedulers)
+    w.sample("kvlane_refused_total", model_label(s.model), double(s.refused));
   w.family("kvlane_transfers_total", "counter", "KV transfers by kind.");
   for (auto& s : schedulers) {
     w.sample("kvlane_transfers_total", model_label(s.model) + ",kind=\"dump\"", double(s.dumps));

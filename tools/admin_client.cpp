@@ -205,9 +205,12 @@ void print_status(const json& r) {
   if (r.contains("slo")) {
     const auto& slo = r["slo"];
     const auto ms = [](const json& b, const char* key) { return b.value(key, 0.0); };
-    fmt::print("slo interactive TTFT {:g} ms, TPOT {:g} ms; batch TTFT {:g} ms, TPOT {:g} ms\n",
+    const double refuse = slo.value("refuse_over", 0.0);
+    fmt::print("slo interactive TTFT {:g} ms, TPOT {:g} ms; batch TTFT {:g} ms, TPOT {:g} ms; {}\n",
                ms(slo["interactive"], "ttft_ms"), ms(slo["interactive"], "tpot_ms"),
-               ms(slo["batch"], "ttft_ms"), ms(slo["batch"], "tpot_ms"));
+               ms(slo["batch"], "ttft_ms"), ms(slo["batch"], "tpot_ms"),
+               refuse > 0 ? fmt::format("refused past {:g}x the TTFT objective", refuse)
+                          : std::string{"no refusal at the door"});
   }
   for (auto& m : r["models"]) {
     if (!m.contains("slots")) { // not loaded: its lifecycle only
@@ -224,12 +227,14 @@ void print_status(const json& r) {
       continue;
     }
     fmt::print("model {:<20} slots {:>3}/{:<3} without a slot {} interactive, {} batch "
-               "(queued {}, parked {})  tokens {}  preemptions {} (swap {}, recompute {})\n",
+               "(queued {}, parked {})  tokens {}  preemptions {} (swap {}, recompute {})"
+               "  demoted {}  refused {}\n",
                m["name"].get<std::string>(), m["slots_busy"].get<int>(), m["slots"].get<int>(),
                m["without_slot_interactive"].get<int>(), m["without_slot_batch"].get<int>(),
                m["queued"].get<int>(), m["parked"].get<int>(),
                m["tokens_generated"].get<std::uint64_t>(), m["preemptions"].get<std::uint64_t>(),
-               m["swaps"].get<std::uint64_t>(), m["recomputes"].get<std::uint64_t>());
+               m["swaps"].get<std::uint64_t>(), m["recomputes"].get<std::uint64_t>(),
+               m.value("demoted", std::uint64_t{0}), m.value("refused", std::uint64_t{0}));
     fmt::print("      {:<20} backend {}{}, context {}, KV {} per token, {} per full slot\n", "",
                m.value("backend", std::string{"?"}),
                m.value("runtime", std::string{}).empty()

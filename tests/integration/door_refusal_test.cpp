@@ -64,6 +64,7 @@ TEST_CASE("door refusal: a batch request predicted to start past refuse_over tim
   while (d.ps()["sequences"].size() < 32 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(20ms);
   REQUIRE(d.ps()["sequences"].size() == 32);
+  std::uint64_t refusals = 0;
 
   SUBCASE("the ring answers busy with the predicted start") {
     auto over = conn.submit(on_slow(client::priority::batch, 4, 1000));
@@ -75,6 +76,7 @@ TEST_CASE("door refusal: a batch request predicted to start past refuse_over tim
     CHECK(first.error().message.find("model 'slow' is predicted to start this batch request in")
           == 0);
     CHECK(first.error().message.find("retry after") != std::string::npos);
+    refusals = 1;
   }
   SUBCASE("HTTP answers 429 with Retry-After, in both dialects") {
     const json body{{"model", "slow"}, {"prompt", "door"}, {"max_tokens", 4},
@@ -99,9 +101,15 @@ TEST_CASE("door refusal: a batch request predicted to start past refuse_over tim
     CHECK(o2.status == 429);
     CHECK(json::parse(o2.body)["error"].get<std::string>().find("predicted to start")
           != std::string::npos);
+    refusals = 2;
   }
   // Nothing the refusal met changed: the 32 are still live, and they end when cancelled.
   CHECK(d.ps()["sequences"].size() == 32);
+  // kvlane status counts the refusals and shows the limit.
+  const auto status = d.status();
+  CHECK(status["slo"]["refuse_over"] == 1.0);
+  for (const auto& m : status["models"])
+    CHECK(m.value("refused", std::uint64_t{0}) == (m["name"] == "slow" ? refusals : 0));
   for (auto& s : running)
     REQUIRE((*s).cancel());
   for (auto& s : running) {

@@ -68,6 +68,8 @@ TEST_CASE("door refusal: a request predicted to start past refuse_over times its
   const auto after = sut.stats();
   CHECK(live(after) == 32);
   CHECK(after.submitted == before.submitted);
+  CHECK(before.refused == 0);
+  CHECK(after.refused == 1);
 
   // Interactive: 31 grants ahead against a limit of 10 minutes.
   auto admitted = sut.engine->submit(request(priority_class::interactive, 4));
