@@ -16,12 +16,13 @@ std::uint32_t less(std::uint32_t a, std::uint32_t b) noexcept { return a > b ? a
 
 std::optional<double> predicted_start_ms(const door_figures& f, priority_class cls) noexcept {
   const auto ahead = f.ahead[index_of(cls)];
-  if (f.free_slots > ahead)
+  const auto open = f.open[index_of(cls)];
+  if (open > ahead)
     return 0.0;
   if (!(f.grants_per_s > 0))
     return std::nullopt;
-  // It takes the (ahead - free + 1)-th slot handed out from now.
-  return static_cast<double>(ahead - f.free_slots + 1) / f.grants_per_s * 1000.0;
+  // It takes the (ahead - open + 1)-th slot handed out from now.
+  return static_cast<double>(ahead - open + 1) / f.grants_per_s * 1000.0;
 }
 
 std::optional<double> door_refusal(const door_figures& f, priority_class cls) noexcept {
@@ -46,6 +47,12 @@ std::array<std::uint32_t, 2> door_ahead(const sequence_table& table, bool by_cla
   return {less(waiting[0], demoted[0]), waiting[0] + less(waiting[1], demoted[1])};
 }
 
+std::array<std::uint32_t, 2> door_open(const sequence_table& table, std::uint32_t free_slots,
+                                       bool preemptive) {
+  const auto batch_held = table.count(kv_state::resident)[index_of(priority_class::batch)];
+  return {free_slots + (preemptive ? batch_held : 0), free_slots};
+}
+
 std::array<double, 2> door_limits(const slo_targets& slo, double refuse_over) noexcept {
   if (!(refuse_over > 0))
     return {0.0, 0.0};
@@ -53,14 +60,13 @@ std::array<double, 2> door_limits(const slo_targets& slo, double refuse_over) no
 }
 
 door_figures door_figures_of(const sequence_table& table, grant_meter& meter,
-                             std::chrono::steady_clock::time_point now, bool by_class,
-                             std::uint32_t free_slots, const std::array<double, 2>& limits) {
+                             std::chrono::steady_clock::time_point now, const door_setup& setup) {
   meter.observe(now, table.grants());
   door_figures f;
-  f.free_slots = free_slots;
-  f.ahead = door_ahead(table, by_class);
+  f.open = door_open(table, setup.free_slots, setup.preemptive);
+  f.ahead = door_ahead(table, setup.by_class);
   f.grants_per_s = meter.per_second(now);
-  f.refuse_after_ms = limits;
+  f.refuse_after_ms = setup.limits;
   return f;
 }
 

@@ -16,13 +16,16 @@
 // waiting sequences ahead of it (door_ahead: those of its class that can still
 // meet their objective, since a demoted one ranks after it, and every waiting
 // interactive one if it is batch; in arrival order, every waiting one). It
-// gets a slot at once if more slots are free than sequences wait ahead of it;
-// otherwise once the ones ahead, less the free slots, have been given one, at
-// the rate slots went to waiting sequences over the last grants (grant_meter).
-// An estimate: it leaves out the request's own prefill, MLFQ levels (a short
-// prompt joins ahead of sequences that have used up their quantum), and the
-// slot a preemption would give it. With fewer than grant_meter::min_grants
-// grants measured there is no forecast, and nothing is refused.
+// gets a slot at once if more slots are open to it than sequences wait ahead
+// of it (door_open: the free ones, and in a preemptive mode, for an
+// interactive request, the ones batch sequences hold); otherwise once the ones
+// ahead, less the open slots, have been given one, at the rate slots went to
+// waiting sequences over the last grants (grant_meter). An estimate: it leaves
+// out the request's own prefill (refusing does not shorten it), MLFQ levels (a
+// short prompt joins ahead of sequences that have used up their quantum) and
+// whether an eviction it would ask for pays. With fewer than
+// grant_meter::min_grants grants measured there is no forecast, and nothing
+// is refused.
 //
 // Pure but for door_board (values in, figures out; no clock). Threading:
 // grant_meter is owned by one scheduler; door_board is thread-safe.
@@ -44,8 +47,9 @@ class sequence_table;
 
 /// What the scheduler publishes for the door, per class where it differs.
 struct door_figures {
-  std::uint32_t free_slots = 0; ///< slots a new request could take now
-  /// Per class (interactive, batch): waiting sequences a new request ranks after.
+  /// Per class (interactive, batch): slots a new request could take now.
+  std::array<std::uint32_t, 2> open{};
+  /// Per class: waiting sequences a new request ranks after.
   std::array<std::uint32_t, 2> ahead{};
   double grants_per_s = 0; ///< slots given to waiting sequences per second; 0: not measured
   /// Per class: a predicted start later than this is refused ([scheduler.slo] refuse_over
@@ -69,16 +73,27 @@ std::optional<double> door_refusal(const door_figures& f, priority_class cls) no
 /// priority orders; otherwise arrival order, every waiting sequence).
 std::array<std::uint32_t, 2> door_ahead(const sequence_table& table, bool by_class);
 
+/// Per class: the slots a new request could take now: `free_slots`, and in a
+/// `preemptive` mode, for an interactive one, those batch sequences hold.
+std::array<std::uint32_t, 2> door_open(const sequence_table& table, std::uint32_t free_slots,
+                                       bool preemptive);
+
 /// The limit per class: `refuse_over` times its TTFT objective (0: never).
 std::array<double, 2> door_limits(const slo_targets& slo, double refuse_over) noexcept;
 
 class grant_meter;
 
-/// The figures of `table` at `now`, sampling its grants into `meter`, with
-/// `free_slots` free and the limits of door_limits.
+/// What the figures depend on besides the table.
+struct door_setup {
+  bool by_class = true;   ///< the rank order puts interactive first (not fcfs)
+  bool preemptive = true; ///< an interactive request may evict a batch one
+  std::uint32_t free_slots = 0;
+  std::array<double, 2> limits{}; ///< door_limits
+};
+
+/// The figures of `table` at `now`, sampling its grants into `meter`.
 door_figures door_figures_of(const sequence_table& table, grant_meter& meter,
-                             std::chrono::steady_clock::time_point now, bool by_class,
-                             std::uint32_t free_slots, const std::array<double, 2>& limits);
+                             std::chrono::steady_clock::time_point now, const door_setup& setup);
 
 /// The rate at which slots go to waiting sequences, from the table's running
 /// count of grants sampled at each planning round.

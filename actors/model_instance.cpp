@@ -1,7 +1,6 @@
 #include "actors/model_instance.hpp"
 
 #include "actors/door_forecast.hpp"
-
 #include "actors/model_fingerprint.hpp"
 #include "backends/factory.hpp"
 #include "common/logging.hpp"

@@ -308,9 +308,9 @@ private:
     std::uint32_t free = 0;
     for (slot_id i = 0; i < st_.seqs.owners().size(); ++i)
       free += !st_.seqs.owners()[i] && !st_.kv->warm_in(i);
-    st_.setup.door->publish(door_figures_of(st_.seqs, st_.grants, clock::now(),
-                                            st_.rules.order != rank_order::arrival, free,
-                                            st_.door_limits));
+    st_.setup.door->publish(door_figures_of(
+      st_.seqs, st_.grants, clock::now(),
+      {st_.rules.order != rank_order::arrival, st_.rules.preempts, free, st_.door_limits}));
   }
 
   // A burst of submits is planned once, not once per submit: a submit only

@@ -30,7 +30,7 @@ sequence& add(sequence_table& t, seq_id id, priority_class cls) {
 door_figures figures(std::uint32_t free, std::uint32_t ahead_interactive, std::uint32_t ahead_batch,
                      double grants_per_s, double limit_interactive = 0, double limit_batch = 0) {
   door_figures f;
-  f.free_slots = free;
+  f.open = {free, free};
   f.ahead = {ahead_interactive, ahead_batch};
   f.grants_per_s = grants_per_s;
   f.refuse_after_ms = {limit_interactive, limit_batch};
@@ -39,8 +39,8 @@ door_figures figures(std::uint32_t free, std::uint32_t ahead_interactive, std::u
 
 } // namespace
 
-TEST_CASE("door_forecast: a request starts at once while more slots are free than wait ahead, "
-          "else after the ones ahead less the free slots are granted at the measured rate") {
+TEST_CASE("door_forecast: a request starts at once while more slots are open to it than wait "
+          "ahead, else after the ones ahead less the open slots are granted at the measured rate") {
   CHECK(predicted_start_ms(figures(3, 2, 2, 0), interactive) == 0.0); // even with no rate
   // 5 ahead, 1 free: it takes the 5th slot handed out from now, at 2 a second.
   CHECK(predicted_start_ms(figures(1, 5, 9, 2), interactive) == doctest::Approx(2500));
@@ -48,6 +48,23 @@ TEST_CASE("door_forecast: a request starts at once while more slots are free tha
   CHECK(predicted_start_ms(figures(0, 0, 0, 4), interactive) == doctest::Approx(250));
   // Unmeasured rate: no forecast where it would have to wait.
   CHECK_FALSE(predicted_start_ms(figures(0, 1, 1, 0), interactive).has_value());
+  // Each class by its own open slots: 3 for interactive (batch residents it may evict).
+  auto f = figures(0, 5, 5, 2);
+  f.open = {3, 1};
+  CHECK(predicted_start_ms(f, interactive) == doctest::Approx(1500));
+  CHECK(predicted_start_ms(f, batch) == doctest::Approx(2500));
+}
+
+TEST_CASE("door_forecast: open to an interactive request in a preemptive mode are the free "
+          "slots and those batch sequences hold; to a batch one, the free slots") {
+  sequence_table t{rank_order::mlfq, 4};
+  for (seq_id id = 1; id <= 3; ++id) {
+    auto& s = add(t, id, id == 1 ? interactive : batch);
+    t.set_state(s, kv_state::resident);
+    t.take_slot(s, static_cast<slot_id>(id - 1));
+  }
+  CHECK(door_open(t, 1, true) == std::array<std::uint32_t, 2>{3, 1});
+  CHECK(door_open(t, 1, false) == std::array<std::uint32_t, 2>{1, 1});
 }
 
 TEST_CASE("door_forecast: a request is refused only where its class has a limit and its "
@@ -155,8 +172,8 @@ TEST_CASE("door_forecast: the published figures are the table's, the meter's rat
   grant_meter m;
   const time_point t0{};
   m.observe(t0, 0);
-  const auto f = door_figures_of(t, m, t0 + 400ms, true, 0, {100, 0});
-  CHECK(f.free_slots == 0);
+  const auto f = door_figures_of(t, m, t0 + 400ms, {true, true, 0, {100, 0}});
+  CHECK(f.open == std::array<std::uint32_t, 2>{0, 0}); // no batch resident, no free slot
   CHECK(f.ahead == std::array<std::uint32_t, 2>{0, 2});
   CHECK(f.grants_per_s == doctest::Approx(10.0));
   CHECK(f.refuse_after_ms == std::array<double, 2>{100, 0});
