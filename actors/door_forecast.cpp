@@ -10,7 +10,6 @@ namespace {
 
 std::size_t index_of(priority_class c) noexcept { return static_cast<std::size_t>(c); }
 
-std::uint32_t less(std::uint32_t a, std::uint32_t b) noexcept { return a > b ? a - b : 0; }
 
 } // namespace
 
@@ -39,12 +38,12 @@ std::array<std::uint32_t, 2> door_ahead(const sequence_table& table, bool by_cla
   std::array<std::uint32_t, 2> waiting{};
   for (std::size_t c = 0; c < 2; ++c)
     waiting[c] = table.count(kv_state::queued)[c] + table.count(kv_state::parked)[c];
-  const auto& demoted = table.demoted_waiting();
   if (!by_class) {
     const auto all = waiting[0] + waiting[1];
     return {all, all};
   }
-  return {less(waiting[0], demoted[0]), waiting[0] + less(waiting[1], demoted[1])};
+  const auto& top = table.top_waiting();
+  return {top[0], waiting[0] + top[1]};
 }
 
 std::array<std::uint32_t, 2> door_open(const sequence_table& table, std::uint32_t free_slots,

@@ -13,17 +13,18 @@
 // planning round (door_board) and submit() reads them.
 //
 // The forecast (predicted_start_ms): a request arriving now ranks after the
-// waiting sequences ahead of it (door_ahead: those of its class that can still
-// meet their objective, since a demoted one ranks after it, and every waiting
-// interactive one if it is batch; in arrival order, every waiting one). It
+// waiting sequences ahead of it (door_ahead: those of its class at the top
+// MLFQ level that are not demoted, since one that used up its quantum or is
+// demoted ranks after a new request, and every waiting interactive one if it
+// is batch; in arrival order, every waiting one). It
 // gets a slot at once if more slots are open to it than sequences wait ahead
 // of it (door_open: the free ones, and in a preemptive mode, for an
 // interactive request, the ones batch sequences hold); otherwise once the ones
 // ahead, less the open slots, have been given one, at the rate slots went to
 // waiting sequences over the last grants (grant_meter). An estimate: it leaves
-// out the request's own prefill (refusing does not shorten it), MLFQ levels (a
-// short prompt joins ahead of sequences that have used up their quantum) and
-// whether an eviction it would ask for pays. With fewer than
+// out the request's own prefill (refusing does not shorten it), skip-join (a
+// long prompt joins below the top level, behind more than it counts) and
+// whether an eviction it would ask for pays: it errs towards admitting. With fewer than
 // grant_meter::min_grants grants measured there is no forecast, and nothing
 // is refused.
 //
@@ -69,8 +70,9 @@ std::optional<double> predicted_start_ms(const door_figures& f, priority_class c
 std::optional<double> door_refusal(const door_figures& f, priority_class cls) noexcept;
 
 /// Per class: the waiting sequences of `table` a new request ranks after
-/// (`by_class`: interactive before batch and demoted ones last, the MLFQ and
-/// priority orders; otherwise arrival order, every waiting sequence).
+/// (`by_class`: interactive before batch, and in its class those at the top
+/// level that are not demoted, the MLFQ and priority orders; otherwise arrival
+/// order, every waiting sequence).
 std::array<std::uint32_t, 2> door_ahead(const sequence_table& table, bool by_class);
 
 /// Per class: the slots a new request could take now: `free_slots`, and in a

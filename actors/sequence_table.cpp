@@ -13,20 +13,16 @@ sequence& sequence_table::add(std::unique_ptr<sequence> s, std::string_view fair
   aging_.enter(seq.id, seq.position.level > 0 || seq.position.demoted);
   ++counts_[static_cast<std::size_t>(seq.state)][static_cast<std::size_t>(seq.position.cls)];
   seqs_.emplace(seq.id, std::move(s));
-  count_demoted(seq, +1);
+  count_top(seq, seq.position, +1);
   note_head(seq);
   return seq;
 }
 
-void sequence_table::count_demoted(const sequence& s, int sign) {
-  count_demoted(s, s.position.demoted, sign);
-}
-
-void sequence_table::count_demoted(const sequence& s, bool demoted, int sign) {
-  if (!demoted || (s.state != kv_state::queued && s.state != kv_state::parked)
+void sequence_table::count_top(const sequence& s, const mlfq_position& p, int sign) {
+  if (p.demoted || p.level != 0 || (s.state != kv_state::queued && s.state != kv_state::parked)
       || !ranks_.contains(s.id))
     return;
-  auto& n = demoted_waiting_[static_cast<std::size_t>(s.position.cls)];
+  auto& n = top_waiting_[static_cast<std::size_t>(p.cls)];
   n = sign > 0 ? n + 1 : n - 1;
 }
 
@@ -55,11 +51,11 @@ std::vector<seq_id> sequence_table::ids() const {
 
 void sequence_table::set_state(sequence& s, kv_state state) {
   const auto cls = static_cast<std::size_t>(s.position.cls);
-  count_demoted(s, -1);
+  count_top(s, s.position, -1);
   --counts_[static_cast<std::size_t>(s.state)][cls];
   s.state = state;
   ++counts_[static_cast<std::size_t>(state)][cls];
-  count_demoted(s, +1);
+  count_top(s, s.position, +1);
 }
 
 void sequence_table::take_slot(sequence& s, slot_id slot) {
@@ -88,16 +84,14 @@ void sequence_table::moved(sequence& s, const mlfq_position& before) {
   if (s.position.level == before.level && s.position.turn == before.turn
       && s.position.demoted == before.demoted)
     return; // most steps: same place
-  if (s.position.demoted != before.demoted) {
-    count_demoted(s, before.demoted, -1);
-    count_demoted(s, +1);
-  }
+  count_top(s, before, -1);
+  count_top(s, s.position, +1);
   ranks_.update(s.id, s.position);
   aging_.set_above_top(s.id, s.position.level > 0 || s.position.demoted);
 }
 
 void sequence_table::unrank(const sequence& s) {
-  count_demoted(s, -1);
+  count_top(s, s.position, -1);
   ranks_.erase(s.id);
   aging_.leave(s.id);
   demotions_.forget(s.id);
@@ -122,9 +116,10 @@ void sequence_table::age(std::uint32_t aging_steps) {
     auto* s = find(id);
     if (!s)
       continue;
-    count_demoted(*s, -1);
+    const auto before = s->position;
     mlfq_policy::return_to_top(s->position);
-    count_demoted(*s, +1);
+    count_top(*s, before, -1);
+    count_top(*s, s->position, +1);
     ranks_.update(id, s->position);
   }
 }

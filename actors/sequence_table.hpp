@@ -108,8 +108,9 @@ public:
   const std::array<std::uint32_t, 2>& count(kv_state state) const {
     return counts_[static_cast<std::size_t>(state)];
   }
-  /// Waiting (queued or parked) ranked sequences that are demoted, by class.
-  const std::array<std::uint32_t, 2>& demoted_waiting() const noexcept { return demoted_waiting_; }
+  /// Waiting (queued or parked) ranked sequences at the top level that are not
+  /// demoted, by class: in its class, those a new request joining at the top ranks after.
+  const std::array<std::uint32_t, 2>& top_waiting() const noexcept { return top_waiting_; }
   /// Slots given to sequences so far (take_slot calls): the door's grant rate.
   std::uint64_t grants() const noexcept { return grants_; }
   void take_slot(sequence& s, slot_id slot);
@@ -172,13 +173,11 @@ private:
   /// Live sequences (cancelled ones too) by [kv_state][priority_class]: the
   /// statistics, polled every 100 ms, without a pass over the sequences.
   std::array<std::array<std::uint32_t, 2>, 5> counts_{};
-  std::array<std::uint32_t, 2> demoted_waiting_{};
+  std::array<std::uint32_t, 2> top_waiting_{};
   std::uint64_t grants_ = 0;
 
-  /// Adds (+1) or removes (-1) `s` from demoted_waiting_ if it counts there.
-  void count_demoted(const sequence& s, int sign);
-  /// The same with `demoted` in place of its position's flag.
-  void count_demoted(const sequence& s, bool demoted, int sign);
+  /// Adds (+1) or removes (-1) `s`, at position `p`, from top_waiting_ if it counts there.
+  void count_top(const sequence& s, const mlfq_position& p, int sign);
 };
 
 template <class Try>

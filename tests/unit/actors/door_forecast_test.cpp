@@ -15,7 +15,7 @@ namespace {
 constexpr auto interactive = priority_class::interactive;
 constexpr auto batch = priority_class::batch;
 
-sequence& add(sequence_table& t, seq_id id, priority_class cls) {
+sequence& add(sequence_table& t, seq_id id, priority_class cls, std::uint32_t level = 0) {
   submission s;
   s.id = id;
   s.client = "c";
@@ -23,7 +23,7 @@ sequence& add(sequence_table& t, seq_id id, priority_class cls) {
   s.prompt.resize(20);
   std::iota(s.prompt.begin(), s.prompt.end(), 1);
   auto seq = std::make_unique<sequence>(s);
-  seq->position = mlfq_position{cls, 0, 0, id, 0};
+  seq->position = mlfq_position{cls, level, 0, id, 0};
   return t.add(std::move(seq), s.client);
 }
 
@@ -112,8 +112,8 @@ TEST_CASE("door_forecast: the grant rate needs min_grants grants, covers the las
   CHECK(w.per_second(t) == doctest::Approx(10.0));
 }
 
-TEST_CASE("door_forecast: ahead of a new request wait the waiting sequences of its class that "
-          "are not demoted, and every waiting interactive one ahead of batch") {
+TEST_CASE("door_forecast: ahead of a new request wait the waiting sequences of its class at "
+          "the top level that are not demoted, and every waiting interactive one ahead of batch") {
   sequence_table t{rank_order::mlfq, 2};
   auto& running = add(t, 1, interactive);
   t.set_state(running, kv_state::resident);
@@ -124,38 +124,46 @@ TEST_CASE("door_forecast: ahead of a new request wait the waiting sequences of i
   t.set_state(parked, kv_state::parked);
   add(t, 5, batch);
   auto& late_batch = add(t, 6, batch);
-  CHECK(door_ahead(t, true) == std::array<std::uint32_t, 2>{3, 5});
+  add(t, 7, interactive, 1); // used up its top-level quantum: ranks after a new request
+  CHECK(t.top_waiting() == std::array<std::uint32_t, 2>{3, 2});
+  CHECK(door_ahead(t, true) == std::array<std::uint32_t, 2>{3, 6});
 
   t.demote(late);
   t.demote(late_batch);
-  CHECK(t.demoted_waiting() == std::array<std::uint32_t, 2>{1, 1});
-  // The demoted interactive one still ranks ahead of any batch request.
-  CHECK(door_ahead(t, true) == std::array<std::uint32_t, 2>{2, 4});
+  CHECK(t.top_waiting() == std::array<std::uint32_t, 2>{2, 1});
+  // The demoted and lower interactive ones still rank ahead of any batch request.
+  CHECK(door_ahead(t, true) == std::array<std::uint32_t, 2>{2, 5});
   // In arrival order everything waiting is ahead, demoted or not.
-  CHECK(door_ahead(t, false) == std::array<std::uint32_t, 2>{5, 5});
+  CHECK(door_ahead(t, false) == std::array<std::uint32_t, 2>{6, 6});
 
-  // A demoted sequence that takes a slot no longer waits.
-  t.set_state(late, kv_state::resident);
-  t.take_slot(late, 1);
-  CHECK(t.demoted_waiting() == std::array<std::uint32_t, 2>{0, 1});
-  CHECK(door_ahead(t, true) == std::array<std::uint32_t, 2>{2, 3});
+  // A waiting sequence that takes a slot no longer waits.
+  t.set_state(parked, kv_state::loading);
+  t.take_slot(parked, 1);
+  CHECK(t.top_waiting() == std::array<std::uint32_t, 2>{1, 1});
   // Nor one that is cancelled (unranked) or erased.
-  t.unrank(late_batch);
-  CHECK(t.demoted_waiting() == std::array<std::uint32_t, 2>{0, 0});
-  t.erase(6);
-  CHECK(t.demoted_waiting() == std::array<std::uint32_t, 2>{0, 0});
+  t.unrank(*t.find(5));
+  CHECK(t.top_waiting() == std::array<std::uint32_t, 2>{1, 0});
+  t.erase(5);
+  CHECK(t.top_waiting() == std::array<std::uint32_t, 2>{1, 0});
   CHECK(t.grants() == 2);
 }
 
-TEST_CASE("door_forecast: aging returns a demoted waiting sequence to the top, ahead of new "
-          "requests again") {
+TEST_CASE("door_forecast: a waiting sequence that drops a level, or that aging returns to the "
+          "top, leaves or rejoins those ahead of a new request") {
   sequence_table t{rank_order::mlfq, 1};
   auto& waiting = add(t, 1, interactive);
-  t.demote(waiting);
+  CHECK(door_ahead(t, true)[0] == 1);
+  const auto before = waiting.position;
+  waiting.position.level = 1;
+  t.moved(waiting, before);
   CHECK(door_ahead(t, true)[0] == 0);
   t.age(1); // one step waited reaches aging_steps = 1
+  CHECK(waiting.position.level == 0);
+  CHECK(door_ahead(t, true)[0] == 1);
+  t.demote(waiting);
+  CHECK(door_ahead(t, true)[0] == 0);
+  t.age(1);
   CHECK_FALSE(waiting.position.demoted);
-  CHECK(t.demoted_waiting() == std::array<std::uint32_t, 2>{0, 0});
   CHECK(door_ahead(t, true)[0] == 1);
 }
 
