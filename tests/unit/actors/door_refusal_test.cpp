@@ -27,33 +27,49 @@ std::uint64_t live(const actors::scheduler_stats& s) {
   return s.queued + s.resident + s.dumping + s.parked + s.loading;
 }
 
-} // namespace
-
-TEST_CASE("door refusal: a request predicted to start past refuse_over times its class's TTFT "
-          "objective is refused busy with its predicted start and changes nothing; a class "
-          "whose limit is far is admitted") {
+/// The tiny model on 2 slots whose steps are slow enough that long requests outlast the
+/// checks; batch requests may wait 1 ms, interactive ones 10 minutes.
+actors::engine_config door_config(double refuse_over) {
   auto cfg = test::small_config(scheduler_mode::overlap, 2);
-  cfg.models[0].backend.sim.time_scale = 20; // long requests outlast the test's checks
+  cfg.models[0].backend.sim.time_scale = 20;
   cfg.scheduler.spare_slots = 0;
   cfg.scheduler.slo.batch.ttft_ms = 1;
   cfg.scheduler.slo.interactive.ttft_ms = 600'000;
-  cfg.scheduler.refuse_over = 1;
-  engine_fixture sut{cfg};
+  cfg.scheduler.refuse_over = refuse_over;
+  return cfg;
+}
 
-  // Before any grant is measured nothing is refused, whatever waits.
-  for (int i = 0; i < 4; ++i) { // one after another: four grants measure the rate
+/// Four short requests one after another (four grants measure the rate), then two long
+/// interactive requests that hold the slots and 30 that wait, ahead of any batch request.
+std::vector<std::shared_ptr<actors::token_stream>> fill(engine_fixture& sut) {
+  for (int i = 0; i < 4; ++i) {
     auto s = sut.engine->submit(request(priority_class::batch, 1));
     REQUIRE(s);
     REQUIRE((*s)->collect(20s).has_value());
   }
-  // Two long interactive requests hold the slots and 30 wait: all 30 rank ahead of any
-  // batch request.
   std::vector<std::shared_ptr<actors::token_stream>> running;
   for (int i = 0; i < 32; ++i) {
     auto s = sut.engine->submit(request(priority_class::interactive, 480));
     REQUIRE(s);
     running.push_back(*s);
   }
+  return running;
+}
+
+void cancel_all(const std::vector<std::shared_ptr<actors::token_stream>>& running) {
+  for (const auto& s : running)
+    s->cancel();
+  for (const auto& s : running)
+    REQUIRE(s->collect(20s).has_value());
+}
+
+} // namespace
+
+TEST_CASE("door refusal: a request predicted to start past refuse_over times its class's TTFT "
+          "objective is refused busy with its predicted start and changes nothing; a class "
+          "whose limit is far is admitted") {
+  engine_fixture sut{door_config(1)};
+  auto running = fill(sut);
   const auto before = sut.stats(); // a round trip: the scheduler has planned them all
   REQUIRE(live(before) == 32);
 
@@ -75,32 +91,15 @@ TEST_CASE("door refusal: a request predicted to start past refuse_over times its
   auto admitted = sut.engine->submit(request(priority_class::interactive, 4));
   REQUIRE(admitted);
   running.push_back(*admitted);
-  for (auto& s : running)
-    s->cancel();
-  for (auto& s : running)
-    REQUIRE(s->collect(20s).has_value());
+  cancel_all(running);
 }
 
 TEST_CASE("door refusal: without refuse_over nothing is refused however long the wait") {
-  auto cfg = test::small_config(scheduler_mode::overlap, 2);
-  cfg.models[0].backend.sim.time_scale = 20;
-  cfg.scheduler.spare_slots = 0;
-  cfg.scheduler.slo.batch.ttft_ms = 1;
-  engine_fixture sut{cfg};
-  std::vector<std::shared_ptr<actors::token_stream>> running;
-  for (int i = 0; i < 4; ++i) {
-    auto s = sut.engine->submit(request(priority_class::batch, 1));
-    REQUIRE(s);
-    REQUIRE((*s)->collect(20s).has_value());
-  }
-  for (int i = 0; i < 32; ++i)
-    running.push_back(*sut.engine->submit(request(priority_class::interactive, 480)));
+  engine_fixture sut{door_config(0)};
+  auto running = fill(sut);
   REQUIRE(live(sut.stats()) == 32);
   auto admitted = sut.engine->submit(request(priority_class::batch, 4));
   REQUIRE(admitted);
   running.push_back(*admitted);
-  for (auto& s : running)
-    s->cancel();
-  for (auto& s : running)
-    REQUIRE(s->collect(20s).has_value());
+  cancel_all(running);
 }
