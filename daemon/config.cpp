@@ -253,8 +253,8 @@ status parse_scheduler_faults(const reporter& r, const section& scheduler,
 }
 
 // [scheduler.slo]: the objectives per class, in whole milliseconds (1 ms to 1 day), and the
-// refusal at the door (0: never, else at least 1: a request that could still meet its
-// objective is never refused).
+// refusal at the door (0: never, else at least 1: a limit under the objective would refuse
+// requests predicted to meet it).
 status parse_scheduler_slo(const reporter& r, const section& scheduler, actors::slo_targets& out,
                            double& refuse_over) {
   auto table = find_table(r, scheduler, "slo");
