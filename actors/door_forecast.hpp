@@ -24,7 +24,8 @@
 // waiting sequences over the last grants (grant_meter). An estimate: it leaves
 // out the request's own prefill (refusing does not shorten it), skip-join (a
 // long prompt joins below the top level, behind more than it counts) and
-// whether an eviction it would ask for pays: it errs towards admitting. With fewer than
+// whether an eviction it would ask for pays; the rate counts slots, not the
+// work they carry (docs/benchmarks.md measures how far off it is). With fewer than
 // grant_meter::min_grants grants measured there is no forecast, and nothing
 // is refused.
 //
