@@ -3,6 +3,7 @@
 #include "actors/sequence_table.hpp"
 
 #include <chrono>
+#include <utility>
 
 namespace kvlane::actors {
 
@@ -29,7 +30,8 @@ std::optional<double> door_refusal(const door_figures& f, priority_class cls) no
   if (!(limit > 0))
     return std::nullopt;
   const auto start = predicted_start_ms(f, cls);
-  if (!start || *start <= limit)
+  const auto& recent = f.recent_wait_ms[index_of(cls)];
+  if (!start || *start <= limit || !recent || *recent <= limit)
     return std::nullopt;
   return start;
 }
@@ -66,7 +68,27 @@ door_figures door_figures_of(const sequence_table& table, grant_meter& meter,
   f.ahead = door_ahead(table, setup.by_class);
   f.grants_per_s = meter.per_second(now);
   f.refuse_after_ms = setup.limits;
+  for (std::size_t c = 0; c < 2; ++c)
+    f.recent_wait_ms[c] = table.first_waits(static_cast<priority_class>(c)).median();
   return f;
+}
+
+void wait_window::observe(double wait_ms) noexcept {
+  waits_[next_] = wait_ms;
+  next_ = (next_ + 1) % size;
+  if (count_ < size)
+    ++count_;
+}
+
+std::optional<double> wait_window::median() const {
+  if (count_ < min_waits)
+    return std::nullopt;
+  std::array<double, size> sorted = waits_;
+  for (std::size_t i = 1; i < count_; ++i) // eight at most: an insertion sort
+    for (std::size_t j = i; j > 0 && sorted[j - 1] > sorted[j]; --j)
+      std::swap(sorted[j - 1], sorted[j]);
+  return count_ % 2 == 1 ? sorted[count_ / 2]
+                         : (sorted[count_ / 2 - 1] + sorted[count_ / 2]) / 2;
 }
 
 void grant_meter::observe(time_point now, std::uint64_t total_grants) {

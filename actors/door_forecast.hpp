@@ -25,7 +25,11 @@
 // out the request's own prefill (refusing does not shorten it), skip-join (a
 // long prompt joins below the top level, behind more than it counts) and
 // whether an eviction it would ask for pays; the rate counts slots, not the
-// work they carry (docs/benchmarks.md measures how far off it is). With fewer than
+// work they carry (docs/benchmarks.md measures how far off it is). So a
+// refusal also needs evidence: the class's recent requests waited past the
+// limit for their first slot (the median of the last wait_window::size, with
+// at least wait_window::min_waits of them); where slots turn over fast and the
+// forecast over-predicts, they did not. With fewer than
 // grant_meter::min_grants grants measured there is no forecast, and nothing
 // is refused.
 //
@@ -57,6 +61,8 @@ struct door_figures {
   /// Per class: a predicted start later than this is refused ([scheduler.slo] refuse_over
   /// times the class's TTFT objective); 0: never.
   std::array<double, 2> refuse_after_ms{};
+  /// Per class: the median wait for a first slot of its recent requests, in ms.
+  std::array<std::optional<double>, 2> recent_wait_ms{};
 
   friend bool operator==(const door_figures&, const door_figures&) = default;
 };
@@ -66,8 +72,9 @@ struct door_figures {
 std::optional<double> predicted_start_ms(const door_figures& f, priority_class cls) noexcept;
 
 /// The refusal at the door: the predicted start of a request of class `cls`
-/// when it is later than the class's limit; nullopt admits it (no limit, no
-/// forecast, or a start within the limit).
+/// when it and the class's recent waits are both past the class's limit;
+/// nullopt admits it (no limit, no forecast, too few recent waits, or either
+/// within the limit).
 std::optional<double> door_refusal(const door_figures& f, priority_class cls) noexcept;
 
 /// Per class: the waiting sequences of `table` a new request ranks after
@@ -122,6 +129,22 @@ private:
   std::array<sample, window> samples_{};
   std::size_t count_ = 0; ///< samples held (up to window)
   std::size_t next_ = 0;  ///< where the next sample goes
+};
+
+/// The last waits for a first slot of one class's requests.
+class wait_window {
+public:
+  static constexpr std::size_t size = 8;
+  static constexpr std::size_t min_waits = 4;
+
+  void observe(double wait_ms) noexcept;
+  /// The median of the waits held; nullopt with fewer than min_waits.
+  std::optional<double> median() const;
+
+private:
+  std::array<double, size> waits_{};
+  std::size_t count_ = 0;
+  std::size_t next_ = 0;
 };
 
 /// The figures the scheduler last published, for submit() on any thread.

@@ -83,11 +83,13 @@ std::optional<submit_error> refuse_at_door(const model_entry& m, priority_class 
   m.door->count_refusal();
   const auto limit = figures.refuse_after_ms[static_cast<std::size_t>(cls)];
   submit_error e{submit_errc::busy, {}, static_cast<std::uint64_t>(std::ceil(*start))};
-  e.message = fmt::format("model '{}' is predicted to start this {} request in {:.1f} s, later "
-                          "than the {:.1f} s it may wait ([scheduler.slo] refuse_over times the "
-                          "{} TTFT objective); retry after {:.1f} s",
-                          m.name, to_string(cls), *start / 1000.0, limit / 1000.0,
-                          to_string(cls), *start / 1000.0);
+  e.message = fmt::format("model '{}' is predicted to start this {} request in {:.1f} s "
+                          "(its recent {} requests waited {:.1f} s for a slot), later than the "
+                          "{:.1f} s it may wait ([scheduler.slo] refuse_over times the {} TTFT "
+                          "objective); retry after {:.1f} s",
+                          m.name, to_string(cls), *start / 1000.0, to_string(cls),
+                          figures.recent_wait_ms[static_cast<std::size_t>(cls)].value_or(0) / 1000.0,
+                          limit / 1000.0, to_string(cls), *start / 1000.0);
   return e;
 }
 

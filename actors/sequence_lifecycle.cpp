@@ -448,6 +448,8 @@ bool sequence_lifecycle::reuse_retained(sequence& s, time_point now) {
 void sequence_lifecycle::admit(sequence& s, slot_id slot, time_point now) {
   t_.seqs.take_slot(s, slot);
   if (s.state == kv_state::queued) {
+    if (s.generated == 0)
+      t_.seqs.note_first_slot(s, now);
     s.kv_len = 0;
     s.reused = 0;
     if (reuse_retained(s, now))

@@ -64,6 +64,11 @@ void sequence_table::take_slot(sequence& s, slot_id slot) {
   ++grants_;
 }
 
+void sequence_table::note_first_slot(const sequence& s, std::chrono::steady_clock::time_point now) {
+  first_waits_[static_cast<std::size_t>(s.position.cls)].observe(
+    std::chrono::duration<double, std::milli>(now - s.arrived).count());
+}
+
 void sequence_table::release_slot(sequence& s) {
   if (s.slot) {
     owners_[*s.slot].reset();

@@ -20,6 +20,7 @@
 
 #include "actors/aging_queue.hpp"
 #include "actors/demotion_queue.hpp"
+#include "actors/door_forecast.hpp"
 #include "actors/constrained_decoding.hpp"
 #include "actors/messages.hpp"
 #include "actors/mlfq_policy.hpp"
@@ -113,6 +114,12 @@ public:
   const std::array<std::uint32_t, 2>& top_waiting() const noexcept { return top_waiting_; }
   /// Slots given to sequences so far (take_slot calls): the door's grant rate.
   std::uint64_t grants() const noexcept { return grants_; }
+  /// `s`, with no token yet, was admitted to a slot at `now`: its wait since it
+  /// arrived joins its class's recent first-slot waits (the door's evidence).
+  void note_first_slot(const sequence& s, std::chrono::steady_clock::time_point now);
+  const wait_window& first_waits(priority_class c) const noexcept {
+    return first_waits_[static_cast<std::size_t>(c)];
+  }
   void take_slot(sequence& s, slot_id slot);
   void release_slot(sequence& s);
   /// Per slot: the sequence that holds it (resident, dumping or loading).
@@ -175,6 +182,7 @@ private:
   std::array<std::array<std::uint32_t, 2>, 5> counts_{};
   std::array<std::uint32_t, 2> top_waiting_{};
   std::uint64_t grants_ = 0;
+  std::array<wait_window, 2> first_waits_{};
 
   /// Adds (+1) or removes (-1) `s`, at position `p`, from top_waiting_ if it counts there.
   void count_top(const sequence& s, const mlfq_position& p, int sign);

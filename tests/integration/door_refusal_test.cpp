@@ -44,13 +44,17 @@ TEST_CASE("door refusal: a batch request predicted to start past refuse_over tim
   REQUIRE(c);
   auto& conn = **c;
 
-  // Four short requests one after another: the scheduler measures how fast slots are granted.
-  for (int i = 0; i < 4; ++i) {
-    auto s = conn.submit(on_slow(client::priority::batch, 1, i));
+  // Two interactive requests hold both slots while four short batch ones wait behind them:
+  // the scheduler measures how fast slots are granted, and batch requests waited for theirs.
+  std::vector<std::shared_ptr<client::stream>> first;
+  for (int i = 0; i < 6; ++i) {
+    auto s = conn.submit(i < 2 ? on_slow(client::priority::interactive, 20, i)
+                               : on_slow(client::priority::batch, 1, i));
     REQUIRE(s);
-    auto end = (*s)->wait(30s);
-    REQUIRE(end);
+    first.push_back(*s);
   }
+  for (auto& s : first)
+    REQUIRE(s->wait(30s));
   // Two long interactive requests hold the model's two slots; 30 wait, ahead of any batch one.
   std::vector<std::shared_ptr<client::stream>> running;
   for (int i = 0; i < 32; ++i) {

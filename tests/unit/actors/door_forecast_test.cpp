@@ -34,6 +34,7 @@ door_figures figures(std::uint32_t free, std::uint32_t ahead_interactive, std::u
   f.ahead = {ahead_interactive, ahead_batch};
   f.grants_per_s = grants_per_s;
   f.refuse_after_ms = {limit_interactive, limit_batch};
+  f.recent_wait_ms = {1e9, 1e9}; // recent requests waited long: the forecast decides
   return f;
 }
 
@@ -76,6 +77,29 @@ TEST_CASE("door_forecast: a request is refused only where its class has a limit 
   REQUIRE(refused);
   CHECK(*refused == doctest::Approx(200));
   CHECK_FALSE(door_refusal(figures(0, 1, 1, 10, 199, 0), batch)); // batch has no limit here
+}
+
+TEST_CASE("door_forecast: a refusal also needs the class's recent first-slot waits past the "
+          "limit") {
+  auto f = figures(0, 40, 40, 1, 100, 100); // predicted 41 s against 100 ms
+  f.recent_wait_ms = {std::nullopt, 100.0};
+  CHECK_FALSE(door_refusal(f, interactive)); // too few recent waits
+  CHECK_FALSE(door_refusal(f, batch));       // recent waits within the limit
+  f.recent_wait_ms = {150.0, 101.0};
+  CHECK(door_refusal(f, interactive).has_value());
+  CHECK(door_refusal(f, batch).has_value());
+}
+
+TEST_CASE("door_forecast: the recent waits are the median of the last 8, none below 4") {
+  wait_window w;
+  for (double ms : {10.0, 30.0, 20.0})
+    w.observe(ms);
+  CHECK_FALSE(w.median().has_value());
+  w.observe(1000.0);
+  CHECK(*w.median() == doctest::Approx(25)); // 10 20 | 30 1000
+  for (double ms : {5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0})
+    w.observe(ms); // the oldest three go: 1000 and seven 5s
+  CHECK(*w.median() == doctest::Approx(5));
 }
 
 TEST_CASE("door_forecast: limits are refuse_over times each class's TTFT objective, none at 0") {
@@ -185,6 +209,11 @@ TEST_CASE("door_forecast: the published figures are the table's, the meter's rat
   CHECK(f.ahead == std::array<std::uint32_t, 2>{0, 2});
   CHECK(f.grants_per_s == doctest::Approx(10.0));
   CHECK(f.refuse_after_ms == std::array<double, 2>{100, 0});
+  CHECK_FALSE(f.recent_wait_ms[0].has_value()); // no first slot noted
+  for (int i = 0; i < 4; ++i)
+    t.note_first_slot(*t.find(5), t.find(5)->arrived + std::chrono::milliseconds(40 + i));
+  CHECK(door_figures_of(t, m, t0 + 400ms, {true, true, 0, {100, 0}}).recent_wait_ms[1]
+        == std::optional<double>{41.5});
   door_board board;
   board.publish(f);
   CHECK(board.read() == f);

@@ -2,6 +2,8 @@
 // what the scheduler publishes after its planning round is what submit() decides on.
 #include "tests/unit/actors/engine_fixture.hpp"
 
+#include "actors/door_forecast.hpp"
+
 #include <doctest/doctest.h>
 
 using namespace kvlane;
@@ -28,25 +30,44 @@ std::uint64_t live(const actors::scheduler_stats& s) {
 }
 
 /// The tiny model on 2 slots whose steps are slow enough that long requests outlast the
-/// checks; batch requests may wait 1 ms, interactive ones 10 minutes.
-actors::engine_config door_config(double refuse_over) {
+/// checks; batch requests may wait `batch_ttft_ms`, interactive ones 10 minutes.
+actors::engine_config door_config(double refuse_over, double batch_ttft_ms = 1) {
   auto cfg = test::small_config(scheduler_mode::overlap, 2);
   cfg.models[0].backend.sim.time_scale = 20;
   cfg.scheduler.spare_slots = 0;
-  cfg.scheduler.slo.batch.ttft_ms = 1;
+  cfg.scheduler.slo.batch.ttft_ms = batch_ttft_ms;
   cfg.scheduler.slo.interactive.ttft_ms = 600'000;
   cfg.scheduler.refuse_over = refuse_over;
   return cfg;
 }
 
-/// Four short requests one after another (four grants measure the rate), then two long
-/// interactive requests that hold the slots and 30 that wait, ahead of any batch request.
-std::vector<std::shared_ptr<actors::token_stream>> fill(engine_fixture& sut) {
-  for (int i = 0; i < 4; ++i) {
-    auto s = sut.engine->submit(request(priority_class::batch, 1));
+void run_all(std::vector<expected<std::shared_ptr<actors::token_stream>, actors::submit_error>> in) {
+  for (auto& s : in) {
     REQUIRE(s);
     REQUIRE((*s)->collect(20s).has_value());
   }
+}
+
+/// Recent batch requests that waited for their slot: two interactive requests of 100 tokens
+/// hold both slots while four short batch ones wait behind them (six grants measure the rate).
+void batch_waited(engine_fixture& sut) {
+  std::vector<expected<std::shared_ptr<actors::token_stream>, actors::submit_error>> in;
+  for (int i = 0; i < 2; ++i)
+    in.push_back(sut.engine->submit(request(priority_class::interactive, 100)));
+  for (int i = 0; i < 4; ++i)
+    in.push_back(sut.engine->submit(request(priority_class::batch, 1)));
+  run_all(std::move(in));
+}
+
+/// Recent batch requests that did not wait: four short ones one after another.
+void batch_did_not_wait(engine_fixture& sut) {
+  for (int i = 0; i < 4; ++i)
+    run_all({sut.engine->submit(request(priority_class::batch, 1))});
+}
+
+/// Two long interactive requests that hold the slots and 30 that wait, ahead of any batch
+/// request.
+std::vector<std::shared_ptr<actors::token_stream>> fill(engine_fixture& sut) {
   std::vector<std::shared_ptr<actors::token_stream>> running;
   for (int i = 0; i < 32; ++i) {
     auto s = sut.engine->submit(request(priority_class::interactive, 480));
@@ -69,6 +90,7 @@ TEST_CASE("door refusal: a request predicted to start past refuse_over times its
           "objective is refused busy with its predicted start and changes nothing; a class "
           "whose limit is far is admitted") {
   engine_fixture sut{door_config(1)};
+  batch_waited(sut);
   auto running = fill(sut);
   const auto before = sut.stats(); // a round trip: the scheduler has planned them all
   REQUIRE(live(before) == 32);
@@ -96,10 +118,30 @@ TEST_CASE("door refusal: a request predicted to start past refuse_over times its
 
 TEST_CASE("door refusal: without refuse_over nothing is refused however long the wait") {
   engine_fixture sut{door_config(0)};
+  batch_waited(sut);
   auto running = fill(sut);
   REQUIRE(live(sut.stats()) == 32);
   auto admitted = sut.engine->submit(request(priority_class::batch, 4));
   REQUIRE(admitted);
   running.push_back(*admitted);
+  cancel_all(running);
+}
+
+TEST_CASE("door refusal: a forecast past the limit refuses nothing while the class's recent "
+          "requests got their slots within it") {
+  // Batch may wait 20 ms; the four batch requests before took an idle slot at once. The
+  // forecast for a batch request behind 30 waiting ones is at least 31 grants at the rate
+  // of six grants spread over the warm-up and the fill: past 20 ms.
+  engine_fixture sut{door_config(1, 20)};
+  batch_did_not_wait(sut);
+  auto running = fill(sut);
+  REQUIRE(live(sut.stats()) == 32);
+  const auto figures = sut.engine->find_model("tiny")->door->read();
+  REQUIRE(actors::predicted_start_ms(figures, priority_class::batch).value_or(0) > 20);
+  REQUIRE(figures.recent_wait_ms[1].value_or(1e9) <= 20);
+  auto admitted = sut.engine->submit(request(priority_class::batch, 4));
+  REQUIRE(admitted);
+  running.push_back(*admitted);
+  CHECK(sut.stats().refused == 0);
   cancel_all(running);
 }
