@@ -406,6 +406,8 @@ void sequence_lifecycle::take_warm_hits(std::size_t limit, time_point now) {
         || !std::binary_search(heads.begin(), heads.end(), *s.head))
       return true;
     if (auto m = t_.kv.find_reusable(s.owner, s.tokens); m && m->slot) {
+      if (s.generated == 0)
+        t_.seqs.note_first_slot(s, now);
       start_warm(s, t_.kv.take_warm(*m, now), m->length);
       return t_.kv.any_warm();
     }
