@@ -11,7 +11,6 @@ namespace {
 
 std::size_t index_of(priority_class c) noexcept { return static_cast<std::size_t>(c); }
 
-
 } // namespace
 
 std::optional<double> predicted_start_ms(const door_figures& f, priority_class cls) noexcept {
@@ -60,9 +59,8 @@ std::array<double, 2> door_limits(const slo_targets& slo, double refuse_over) no
   return {refuse_over * slo.interactive.ttft_ms, refuse_over * slo.batch.ttft_ms};
 }
 
-door_figures door_figures_of(const sequence_table& table, grant_meter& meter,
+door_figures door_figures_of(const sequence_table& table, const grant_meter& meter,
                              std::chrono::steady_clock::time_point now, const door_setup& setup) {
-  meter.observe(now, table.grants());
   door_figures f;
   f.open = door_open(table, setup.free_slots, setup.preemptive);
   f.ahead = door_ahead(table, setup.by_class);

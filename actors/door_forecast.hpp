@@ -90,6 +90,10 @@ std::array<std::uint32_t, 2> door_open(const sequence_table& table, std::uint32_
 
 /// The limit per class: `refuse_over` times its TTFT objective (0: never).
 std::array<double, 2> door_limits(const slo_targets& slo, double refuse_over) noexcept;
+/// Whether `limits` refuse anything.
+inline bool door_refuses(const std::array<double, 2>& limits) noexcept {
+  return limits[0] > 0 || limits[1] > 0;
+}
 
 class grant_meter;
 
@@ -101,8 +105,9 @@ struct door_setup {
   std::array<double, 2> limits{}; ///< door_limits
 };
 
-/// The figures of `table` at `now`, sampling its grants into `meter`.
-door_figures door_figures_of(const sequence_table& table, grant_meter& meter,
+/// The figures of `table` at `now`, with the grant rate `meter` measured (the
+/// caller samples it, grant_meter::observe).
+door_figures door_figures_of(const sequence_table& table, const grant_meter& meter,
                              std::chrono::steady_clock::time_point now, const door_setup& setup);
 
 /// The rate at which slots go to waiting sequences, from the table's running

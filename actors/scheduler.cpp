@@ -301,16 +301,16 @@ private:
     publish_door();
   }
 
-  // What submit() refuses a request at the door on (actors/door_forecast).
+  // What submit() refuses a request at the door on (actors/door_forecast); nothing to
+  // publish while refusal is off (apply_policy cleared the board), but the rate is kept.
   void publish_door() {
-    if (!st_.setup.door)
-      return;
-    std::uint32_t free = 0;
-    for (slot_id i = 0; i < st_.seqs.owners().size(); ++i)
-      free += !st_.seqs.owners()[i] && !st_.kv->warm_in(i);
-    st_.setup.door->publish(door_figures_of(
-      st_.seqs, st_.grants, clock::now(),
-      {st_.rules.order != rank_order::arrival, st_.rules.preempts, free, st_.door_limits}));
+    const auto now = clock::now();
+    st_.grants.observe(now, st_.seqs.grants());
+    if (st_.setup.door && door_refuses(st_.door_limits))
+      st_.setup.door->publish(door_figures_of(st_.seqs, st_.grants, now,
+                                              {st_.rules.order != rank_order::arrival,
+                                               st_.rules.preempts, life_.free_slots(),
+                                               st_.door_limits}));
   }
 
   // A burst of submits is planned once, not once per submit: a submit only
@@ -509,6 +509,8 @@ void apply_policy(scheduler_state& st, const actors::scheduler_policy& p) {
   st.slo = p.slo;
   st.slo_gates = p.slo_gates_preemption;
   st.door_limits = door_limits(p.slo, p.refuse_over);
+  if (st.setup.door && !door_refuses(st.door_limits))
+    st.setup.door->publish({}); // no limits: submit() refuses nothing
   st.costs.set_alpha(p.ewma_alpha);
   st.costs.fix(p.fixed_costs);
   st.faults.set_knobs(p.faults);

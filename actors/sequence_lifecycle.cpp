@@ -415,16 +415,20 @@ void sequence_lifecycle::take_warm_hits(std::size_t limit, time_point now) {
   });
 }
 
+std::uint32_t sequence_lifecycle::free_slots() const {
+  std::uint32_t free = 0;
+  const auto owners = t_.seqs.owners();
+  for (slot_id i = 0; i < owners.size(); ++i)
+    free += !owners[i] && !t_.kv.warm_in(i);
+  return free;
+}
+
 void sequence_lifecycle::reclaim_warm(const std::vector<sequence*>& order, std::size_t target,
                                       std::uint32_t spare) {
   std::uint32_t waiting = 0;
   for (std::size_t i = 0; i < order.size() && i < target; ++i)
     waiting += order[i]->state == kv_state::queued || order[i]->state == kv_state::parked;
-  std::uint32_t free = 0;
-  const auto owners = t_.seqs.owners();
-  for (slot_id i = 0; i < owners.size(); ++i)
-    free += !owners[i] && !t_.kv.warm_in(i);
-  carry_out(t_.kv.reclaim_warm(waiting + spare, free, t_.transfers.promised_slots(),
+  carry_out(t_.kv.reclaim_warm(waiting + spare, free_slots(), t_.transfers.promised_slots(),
                                t_.transfers.backlog(), t_.costs));
 }
 

@@ -138,6 +138,8 @@ public:
   /// Reclaims warm slots for the target sequences without a slot (among the
   /// first `target` of `order`) and `spare` spare slots.
   void reclaim_warm(const std::vector<sequence*>& order, std::size_t target, std::uint32_t spare);
+  /// Slots no one holds and no retained KV sits warm in.
+  std::uint32_t free_slots() const;
   /// Gives `slot` to a queued or parked sequence.
   void admit(sequence& s, slot_id slot, time_point now);
   /// Evicts a resident: a swap (the store may refuse it: then a recompute),

@@ -187,6 +187,18 @@ std::uint64_t random_seed() {
   return rng();
 }
 
+/// 429: `who` is over its admission limit, the daemon over max_live_sequences, or a request
+/// refused at the door (its own code).
+api_error too_many_requests(std::string message, std::chrono::milliseconds retry) {
+  api_error e;
+  e.status = 429;
+  e.type = "requests";
+  e.code = "rate_limit_exceeded";
+  e.message = std::move(message);
+  e.retry_after = static_cast<unsigned>(std::max<std::int64_t>(1, (retry.count() + 999) / 1000));
+  return e;
+}
+
 api_error from_submit_error(const actors::submit_error& e, std::string_view prompt_param) {
   api_error out;
   out.message = e.message;
@@ -215,24 +227,11 @@ api_error from_submit_error(const actors::submit_error& e, std::string_view prom
       out.retry_after = 10;
       break;
     case actors::submit_errc::busy: // refused at the door: Retry-After is the predicted start
-      out.status = 429;
-      out.type = "requests";
+      out = too_many_requests(e.message, std::chrono::milliseconds(e.retry_after_ms));
       out.code = "predicted_wait_too_long";
-      out.retry_after = static_cast<unsigned>(std::max<std::uint64_t>(1, (e.retry_after_ms + 999) / 1000));
       break;
   }
   return out;
-}
-
-/// 429: `who` is over its admission limit, or the daemon over max_live_sequences.
-api_error too_many_requests(std::string message, std::chrono::milliseconds retry) {
-  api_error e;
-  e.status = 429;
-  e.type = "requests";
-  e.code = "rate_limit_exceeded";
-  e.message = std::move(message);
-  e.retry_after = static_cast<unsigned>(std::max<std::int64_t>(1, (retry.count() + 999) / 1000));
-  return e;
 }
 
 } // namespace

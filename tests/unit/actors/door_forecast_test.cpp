@@ -204,6 +204,7 @@ TEST_CASE("door_forecast: the published figures are the table's, the meter's rat
   grant_meter m;
   const time_point t0{};
   m.observe(t0, 0);
+  m.observe(t0 + 400ms, t.grants());
   const auto f = door_figures_of(t, m, t0 + 400ms, {true, true, 0, {100, 0}});
   CHECK(f.open == std::array<std::uint32_t, 2>{0, 0}); // no batch resident, no free slot
   CHECK(f.ahead == std::array<std::uint32_t, 2>{0, 2});
