@@ -1,5 +1,6 @@
 #include "actors/cost_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kvlane::actors {
@@ -24,7 +25,13 @@ void cost_model::observe_step(std::uint32_t tokens, double ms) {
   sy_ = k * sy_ + alpha_ * ms;
   sxx_ = k * sxx_ + alpha_ * x * x;
   sxy_ = k * sxy_ + alpha_ * x * ms;
-  ++steps_;
+  const double var = s0_ * sxx_ - sx_ * sx_;
+  // Without spread in token counts the slope is not identifiable: keep the last one.
+  if (var > 1e-9 * s0_ * s0_ * std::max(1.0, sxx_ / s0_)) {
+    const double slope = (s0_ * sxy_ - sx_ * sy_) / var;
+    if (slope > 0)
+      per_token_ms_ = slope;
+  }
 }
 
 void cost_model::observe_dump(std::uint64_t bytes, double ms) {
@@ -40,14 +47,7 @@ void cost_model::observe_load(std::uint64_t bytes, double ms) {
 std::optional<double> cost_model::step_per_token_ms() const {
   if (fixed_)
     return fixed_->step_per_token_ms;
-  if (steps_ < 2)
-    return std::nullopt;
-  const double var = s0_ * sxx_ - sx_ * sx_;
-  // Without spread in token counts the slope is not identifiable.
-  if (var <= 1e-9 * s0_ * s0_ * std::max(1.0, sxx_ / s0_))
-    return std::nullopt;
-  const double slope = (s0_ * sxy_ - sx_ * sy_) / var;
-  return slope > 0 ? std::optional<double>{slope} : std::nullopt;
+  return per_token_ms_;
 }
 
 std::optional<double> cost_model::step_base_ms() const {

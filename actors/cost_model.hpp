@@ -4,7 +4,11 @@
 // online from measured times, and the swap-or-recompute decision built on it.
 //
 // Step time is fitted as base + per_token * tokens by exponentially weighted
-// least squares (weight alpha on each new sample). Dump and load times are
+// least squares (weight alpha on each new sample). The per-token cost is only
+// identifiable while the token counts of recent steps differ; through a run of
+// alike steps (a steady state of decode rows, where the old spread has decayed
+// away) the last per-token cost identified is kept, and the base follows the
+// mean step time under it. Dump and load times are
 // exponentially weighted averages of milliseconds per byte. Until a figure has
 // been measured it is unknown and the decision falls back to swapping, which
 // then measures it.
@@ -64,7 +68,7 @@ private:
   double alpha_;
   // Exponentially weighted sums for the step fit.
   double s0_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
-  std::uint64_t steps_ = 0;
+  std::optional<double> per_token_ms_; ///< the last slope the fit identified
   std::optional<double> dump_ms_per_byte_;
   std::optional<double> load_ms_per_byte_;
   std::optional<cost_figures> fixed_;

@@ -25,6 +25,32 @@ TEST_CASE("cost_model: fits base and per-token cost from steps of different size
   CHECK(*m.recompute_ms(100) == doctest::Approx(170.0));
 }
 
+TEST_CASE("cost_model: the per-token cost is unknown until step sizes differ, then kept through "
+          "a long run of alike steps while the base follows their time") {
+  cost_model m{0.2};
+  for (int i = 0; i < 50; ++i)
+    m.observe_step(16, 31.0 + 1.7 * 16);
+  CHECK_FALSE(m.step_per_token_ms().has_value()); // one size only: not identifiable
+  CHECK_FALSE(m.step_base_ms().has_value());
+  for (int i = 0; i < 20; ++i) {
+    m.observe_step(1, 31.0 + 1.7);
+    m.observe_step(128, 31.0 + 1.7 * 128);
+  }
+  REQUIRE(m.step_per_token_ms().has_value());
+  // 500 steps of 16 rows: the spread of the sizes above has decayed below what
+  // identifies a slope (0.8^500).
+  for (int i = 0; i < 500; ++i)
+    m.observe_step(16, 31.0 + 1.7 * 16);
+  REQUIRE(m.step_per_token_ms().has_value());
+  CHECK(*m.step_per_token_ms() == doctest::Approx(1.7));
+  REQUIRE(m.step_base_ms().has_value());
+  CHECK(*m.step_base_ms() == doctest::Approx(31.0));
+  // The steps get 10 ms slower: a step of 16 tokens is predicted at its new time.
+  for (int i = 0; i < 200; ++i)
+    m.observe_step(16, 41.0 + 1.7 * 16);
+  CHECK(*m.step_base_ms() + 16 * *m.step_per_token_ms() == doctest::Approx(41.0 + 1.7 * 16));
+}
+
 TEST_CASE("cost_model: unknown figures never prefer recompute, so a swap measures them") {
   cost_model m;
   CHECK_FALSE(m.prefer_recompute(4000, 64 * mib, false));
