@@ -31,6 +31,7 @@ slot_candidate plan_candidate(const sequence& s, const preemption_figures& figur
                               std::chrono::steady_clock::time_point now) {
   slot_candidate c{s.id, s.state, s.slot, s.in_step, false};
   c.cls = s.position.cls;
+  c.preempted_before = s.preemptions > 0;
   const bool waiting = s.state == kv_state::queued || s.state == kv_state::parked;
   if (s.state == kv_state::resident || waiting) {
     const auto progress = progress_of(s, &in, now);

@@ -48,12 +48,13 @@ bool preemption_pays(const preemption_case& c) noexcept {
   // counts. One that misses it either way goes ahead only over a lower class
   // (an interactive request's wait stays short); one that meets it anyway
   // where the wait it avoids is more than the delay the eviction adds to
-  // everyone (latency, not objectives, decides).
+  // everyone (latency, not objectives, decides), and only over a victim that
+  // was not evicted before (latency slices a run once).
   if (eviction_breaks_victim(c))
     return false;
   if (eviction_misses_waiter_anyway(c))
     return c.waiter_outranks;
-  return latency_saved(c);
+  return !c.victim_preempted_before && latency_saved(c);
 }
 
 } // namespace kvlane::actors

@@ -24,9 +24,12 @@
 // anyway still starts sooner where the victim keeps its own and the wait it
 // avoids is more than all the eviction delays (the victim's restart, and
 // every other slot holder's stall where the transfer or re-prefill stops the
-// steps): the wait is latency users see. One that misses it either
-// way is demoted, and evicts only a lower class (so a late interactive
-// request still goes ahead of batch work with time to spare).
+// steps): the wait is latency users see. But latency alone takes a run's slot
+// at most once: a victim evicted before gives its slot again only to save an
+// objective (or to a higher class, below), so a long run is not sliced again
+// and again behind every newer one and left to finish alone at the end. One
+// that misses it either way is demoted, and evicts only a lower class (so a
+// late interactive request still goes ahead of batch work with time to spare).
 //
 // Unknown figures (a cost model that has measured nothing yet, a resident
 // with no estimate) leave the choice to the rank order: the eviction goes
@@ -72,6 +75,8 @@ struct preemption_case {
   /// How long the victim may stall and still meet its objective (negative:
   /// it misses it anyway).
   double victim_slack_ms = unknown;
+  /// The victim has been evicted before (and came back).
+  bool victim_preempted_before = false;
 };
 
 /// True when the eviction described by `c` should go ahead.

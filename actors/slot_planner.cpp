@@ -120,6 +120,7 @@ private:
                       wait_avoided_ms};
     c.others_delay_ms = victim.others_delay_ms;
     c.victim_slack_ms = victim.slack_ms;
+    c.victim_preempted_before = victim.preempted_before;
     if (waiter) {
       c.waiter_service_ms = waiter->service_ms;
       c.waiter_slack_ms = waiter->slack_ms;

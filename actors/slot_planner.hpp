@@ -20,8 +20,9 @@
 // before its eviction is done; the lowest-ranked resident for which that
 // holds is the victim. Where the objectives are known, the eviction must also
 // save the waiter's TTFT objective and not break the victim's (unless the
-// waiter's class is higher); the k-th target sequence left without a slot
-// waits, if nothing is evicted, for the k-th soonest expected end.
+// waiter's class is higher), and one made for latency alone takes no victim
+// evicted before; the k-th target sequence left without a slot waits, if
+// nothing is evicted, for the k-th soonest expected end.
 //
 // Carrying out a decision can turn out otherwise than asked (the store may
 // have no room for a swap, a parked snapshot may have been evicted), and later
@@ -80,7 +81,8 @@ struct slot_candidate {
   double slack_ms = preemption_case::unknown;
   /// Waiting sequences: how long it runs once admitted (its prefill or load,
   /// then its expected output).
-  double service_ms = preemption_case::unknown;
+  double service_ms = preemption_case::unknown;  /// Evicted before (preemption_case::victim_preempted_before).
+  bool preempted_before = false;
 };
 
 struct slot_plan_input {

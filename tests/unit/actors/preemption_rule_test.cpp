@@ -1,7 +1,8 @@
 // The preemption rule on plain figures: an eviction goes ahead only when it costs less than
 // the wait it avoids, never for a victim that ends before the eviction is done, and by the
 // rank order alone while nothing is known; where the objectives are known, only when it saves
-// the waiter's and does not break the victim's (unless the waiter's class is higher).
+// the waiter's and does not break the victim's (unless the waiter's class is higher), and
+// latency alone takes a victim's slot only once.
 #include "actors/preemption_rule.hpp"
 
 #include <doctest/doctest.h>
@@ -88,6 +89,22 @@ TEST_CASE("preemption_rule: for a waiter that meets its objective anyway, the de
   auto saves = goodput_case(500, 1e9);
   saves.others_delay_ms = 5000;
   CHECK(preemption_pays(saves));
+}
+
+TEST_CASE("preemption_rule: latency alone takes a victim's slot once; a victim evicted before "
+          "gives it again only to save the waiter's objective or to a higher class that misses "
+          "its own anyway") {
+  auto meets = goodput_case(1000, 1e9); // meets it anyway, 1 s of wait avoided
+  CHECK(preemption_pays(meets));
+  meets.victim_preempted_before = true;
+  CHECK_FALSE(preemption_pays(meets));
+  auto saves = goodput_case(500, 1e9);
+  saves.victim_preempted_before = true;
+  CHECK(preemption_pays(saves));
+  auto late = goodput_case(30, 1e9);
+  late.waiter_outranks = true;
+  late.victim_preempted_before = true;
+  CHECK(preemption_pays(late));
 }
 
 TEST_CASE("preemption_rule: an eviction that saves the waiter's objective but breaks the "

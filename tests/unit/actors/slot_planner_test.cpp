@@ -361,6 +361,23 @@ TEST_CASE("slot_planner: a target sequence that meets its objective by waiting e
   CHECK(r.plan().empty());
 }
 
+TEST_CASE("slot_planner: latency alone evicts no resident that was evicted before; an objective "
+          "the eviction saves still does") {
+  planning_round r;
+  r.slots = 3; // target 2 + 1 spare
+  // 7 meets its objective anyway and would wait 600 ms (1's end); 3 (lowest) and 2 keep theirs.
+  r.ranked = {waiting(7, batch, 5000, 2000), with_slack(costed(1, 0, 40, 600), batch, 1e9),
+              with_slack(costed(2, 1, 40, 5000), batch, 1e9),
+              with_slack(costed(3, 2, 40, 5000), batch, 1e9)};
+  CHECK(r.plan() == decisions{"evict 3 by swap"});
+  r.ranked[3].preempted_before = true;
+  CHECK(r.plan() == decisions{"evict 2 by swap"}); // 3 was sliced once: the next one goes
+  r.ranked[2].preempted_before = true;
+  CHECK(r.plan().empty()); // both were: 7 waits the 600 ms for 1's end
+  r.ranked[0].slack_ms = 300; // waiting would cost 7 its objective: the eviction saves it
+  CHECK(r.plan() == decisions{"evict 3 by swap"});
+}
+
 TEST_CASE("slot_planner: a victim whose objective the eviction would break is passed over for "
           "one whose would hold, unless the waiter is interactive and the victim batch") {
   planning_round r;
