@@ -341,6 +341,17 @@ slot_candidate with_slack(slot_candidate c, actors::priority_class cls, double s
 constexpr auto interactive = actors::priority_class::interactive;
 constexpr auto batch = actors::priority_class::batch;
 
+/// Three slots (target 2 + 1 spare): batch waiter 7 (`waiter_slack` ms, a 2 s run) and batch
+/// residents 1 (ends in 600 ms), 2 and 3 (5 s), each evicted for 40 ms; 3 has `slack3` ms.
+planning_round three_batch_residents(double waiter_slack, double slack3) {
+  planning_round r;
+  r.slots = 3;
+  r.ranked = {waiting(7, batch, waiter_slack, 2000), with_slack(costed(1, 0, 40, 600), batch, 1e9),
+              with_slack(costed(2, 1, 40, 5000), batch, 1e9),
+              with_slack(costed(3, 2, 40, 5000), batch, slack3)};
+  return r;
+}
+
 } // namespace
 
 TEST_CASE("slot_planner: a target sequence that meets its objective by waiting evicts only a "
@@ -363,12 +374,8 @@ TEST_CASE("slot_planner: a target sequence that meets its objective by waiting e
 
 TEST_CASE("slot_planner: latency alone evicts no resident that was evicted before; an objective "
           "the eviction saves still does") {
-  planning_round r;
-  r.slots = 3; // target 2 + 1 spare
   // 7 meets its objective anyway and would wait 600 ms (1's end); 3 (lowest) and 2 keep theirs.
-  r.ranked = {waiting(7, batch, 5000, 2000), with_slack(costed(1, 0, 40, 600), batch, 1e9),
-              with_slack(costed(2, 1, 40, 5000), batch, 1e9),
-              with_slack(costed(3, 2, 40, 5000), batch, 1e9)};
+  auto r = three_batch_residents(5000, 1e9);
   CHECK(r.plan() == decisions{"evict 3 by swap"});
   r.ranked[3].preempted_before = true;
   CHECK(r.plan() == decisions{"evict 2 by swap"}); // 3 was sliced once: the next one goes
@@ -380,13 +387,9 @@ TEST_CASE("slot_planner: latency alone evicts no resident that was evicted befor
 
 TEST_CASE("slot_planner: a victim whose objective the eviction would break is passed over for "
           "one whose would hold, unless the waiter is interactive and the victim batch") {
-  planning_round r;
-  r.slots = 3; // target 2 + 1 spare
   // 7 would wait 600 ms (1's end) and has 300 ms; the victim stalls 40 ms + min(7's 2 s run,
   // 600 ms) = 640 ms. 3 (lowest) has 500 ms of slack, 2 has plenty.
-  r.ranked = {waiting(7, batch, 300, 2000), with_slack(costed(1, 0, 40, 600), batch, 1e9),
-              with_slack(costed(2, 1, 40, 5000), batch, 1e9),
-              with_slack(costed(3, 2, 40, 5000), batch, 500)};
+  auto r = three_batch_residents(300, 500);
   CHECK(r.plan() == decisions{"evict 2 by swap"});
   r.ranked[0].cls = interactive;
   CHECK(r.plan() == decisions{"evict 3 by swap"});
