@@ -406,8 +406,7 @@ void sequence_lifecycle::take_warm_hits(std::size_t limit, time_point now) {
         || !std::binary_search(heads.begin(), heads.end(), *s.head))
       return true;
     if (auto m = t_.kv.find_reusable(s.owner, s.tokens); m && m->slot) {
-      if (s.generated == 0)
-        t_.seqs.note_first_slot(s, now);
+      t_.seqs.note_first_slot(s, now);
       start_warm(s, t_.kv.take_warm(*m, now), m->length);
       return t_.kv.any_warm();
     }
@@ -454,8 +453,7 @@ bool sequence_lifecycle::reuse_retained(sequence& s, time_point now) {
 void sequence_lifecycle::admit(sequence& s, slot_id slot, time_point now) {
   t_.seqs.take_slot(s, slot);
   if (s.state == kv_state::queued) {
-    if (s.generated == 0)
-      t_.seqs.note_first_slot(s, now);
+    t_.seqs.note_first_slot(s, now);
     s.kv_len = 0;
     s.reused = 0;
     if (reuse_retained(s, now))

@@ -65,6 +65,8 @@ void sequence_table::take_slot(sequence& s, slot_id slot) {
 }
 
 void sequence_table::note_first_slot(const sequence& s, std::chrono::steady_clock::time_point now) {
+  if (s.generated > 0)
+    return; // a run coming back, not a first slot
   first_waits_[static_cast<std::size_t>(s.position.cls)].observe(
     std::chrono::duration<double, std::milli>(now - s.arrived).count());
 }

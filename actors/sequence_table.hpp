@@ -114,8 +114,8 @@ public:
   const std::array<std::uint32_t, 2>& top_waiting() const noexcept { return top_waiting_; }
   /// Slots given to sequences so far (take_slot calls): the door's grant rate.
   std::uint64_t grants() const noexcept { return grants_; }
-  /// `s`, with no token yet, was admitted to a slot at `now`: its wait since it
-  /// arrived joins its class's recent first-slot waits (the door's evidence).
+  /// `s` was admitted to a slot at `now`: if it has no token yet, its wait since
+  /// it arrived joins its class's recent first-slot waits (the door's evidence).
   void note_first_slot(const sequence& s, std::chrono::steady_clock::time_point now);
   const wait_window& first_waits(priority_class c) const noexcept {
     return first_waits_[static_cast<std::size_t>(c)];
