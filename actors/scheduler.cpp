@@ -3,10 +3,9 @@
 #include "actors/exception_handler.hpp"
 #include "actors/next_token.hpp"
 #include "actors/plan_candidates.hpp"
-#include "actors/preemption_figures.hpp"
+#include "actors/planning_round.hpp"
 #include "actors/scheduler_state.hpp"
 #include "actors/sequence_lifecycle.hpp"
-#include "actors/slot_planner.hpp"
 #include "actors/step_composer.hpp"
 #include "common/elapsed.hpp"
 #include "common/logging.hpp"
@@ -23,9 +22,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 using actors::scheduler_mode;
-
-/// Stands for "a retained entry" in the owners the slot planner sees.
-constexpr seq_id retained_owner = 0;
 
 /// The scheduler's note to itself: plan the submits that arrived in a burst.
 using replan_atom = caf::atom_constant<caf::atom("replan")>;
@@ -275,9 +271,6 @@ private:
 
   sequence* find(seq_id id) const { return st_.seqs.find(id); }
 
-  /// The sequences that hold a slot (resident, dumping or loading), by slot.
-  std::vector<sequence*> slot_holders() const { return st_.seqs.slot_holders(); }
-
   double hidden_ms(clock::time_point a, clock::time_point b) const {
     if (st_.serialized)
       return 0; // transfers run on the compute lane: nothing is hidden
@@ -339,81 +332,10 @@ public:
 
 private:
 
-  // Carries out the planner's decisions as it makes them.
-  class planned_actions final : public slot_actions {
-  public:
-    explicit planned_actions(scheduler_logic& logic) : logic_(logic) {}
-    kv_state admit(seq_id id, slot_id slot) override {
-      auto& s = *logic_.find(id);
-      logic_.life_.admit(s, slot, clock::now());
-      return s.state;
-    }
-    kv_state evict(seq_id id, eviction how) override {
-      auto& s = *logic_.find(id);
-      logic_.life_.evict(s, how);
-      return s.state;
-    }
+  /// Plans slots for the `limit` best ranked sequences (0: all): actors/planning_round.
+  void plan_slots(std::size_t limit = 0) { plan_round(st_, life_, limit, clock::now()); }
 
-  private:
-    scheduler_logic& logic_;
-  };
-
-  /// Plans slots for the `limit` best ranked sequences (0: all).
-  //
-  // The planner admits only its target set and otherwise looks at residents
-  // (plan_target_size), so it is given the best of the rank index and then
-  // the residents outside them in their rank order: O(slots log n), not a
-  // pass over every live sequence.
-  void plan_slots(std::size_t limit = 0) {
-    const auto now = clock::now();
-    (void)st_.kv->expire_idle(now, false);
-    // Objectives gate the MLFQ modes' preemption; recompute stays the vLLM peer it models.
-    const bool gated = goodput_gated();
-    const preemption_figures figures{st_.costs, st_.outputs, gated ? &st_.slo : nullptr,
-                                     slot_holders().size(),
-                                     st_.info.max_prefill_chunk, st_.serialized};
-    const candidate_inputs inputs{
-      [this](std::uint32_t n) { return st_.setup.backend->snapshot_size(n); },
-      [this](const sequence& s) { return would_recompute(s); }};
-    if (gated)
-      st_.stats.demoted += demote_hopeless(st_.seqs, figures, inputs, st_.slo, now);
-    const auto spare_slots = st_.spare;
-    const auto target = plan_target_size(st_.info.slots, spare_slots, st_.rules.preempts);
-    auto order = st_.seqs.best_ranked(limit != 0 ? std::min(limit, target) : target);
-    life_.take_warm_hits(limit, now);
-    life_.reclaim_warm(order, target,
-                       plan_spare(st_.info.slots, spare_slots, st_.rules.preempts));
-    if (limit == 0)
-      for (auto* s : st_.seqs.residents_in_rank_order(order))
-        order.push_back(s);
-    const auto candidates = plan_candidates(order, figures, inputs, now);
-    // A warm slot is held for the planner; reclaim_warm freed what it needs.
-    std::vector<std::optional<seq_id>> owners(st_.seqs.owners().begin(), st_.seqs.owners().end());
-    for (slot_id i = 0; i < owners.size(); ++i)
-      if (st_.kv->warm_in(i))
-        owners[i] = retained_owner;
-    slot_plan_input in;
-    in.ranked = candidates;
-    in.owners = owners;
-    in.dumping = st_.transfers.promised_slots();
-    in.transfers_pending = st_.transfers.pending();
-    in.spare_slots = spare_slots;
-    in.preemptive = st_.rules.preempts;
-    planned_actions actions{*this};
-    actors::plan_slots(in, actions);
-  }
-
-  /// Whether the objectives steer the MLFQ modes (preemption and demotion).
-  bool goodput_gated() const noexcept {
-    return st_.slo_gates && st_.rules.order == rank_order::mlfq;
-  }
-
-  bool would_recompute(const sequence& s) const {
-    // A device without snapshots (caps.snapshots = false) can only recompute.
-    return s.kv_len == 0 || !st_.rules.swaps || !st_.info.caps.snapshots
-           || st_.costs.prefer_recompute(s.kv_len, st_.setup.backend->snapshot_size(s.kv_len),
-                                         st_.serialized);
-  }
+  bool goodput_gated() const noexcept { return actors::goodput_gated(st_); }
 
   void maybe_step() {
     if (st_.step_in_flight)

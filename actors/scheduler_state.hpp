@@ -4,7 +4,8 @@
 // its lanes, the sequences and their slots, the store's share (kv_keeper), transfers in flight,
 // the policy's knobs, the cost model and the counters. The units that decide (sequence_table,
 // slot_planner, step_composer, sequence_lifecycle, kv_keeper, fault_policy, ...) work on its
-// parts; actors/scheduler.cpp carries their decisions out. Only scheduler.cpp includes it.
+// parts; actors/scheduler.cpp carries their decisions out. Only scheduler.cpp and its
+// planning round (actors/planning_round) include it.
 //
 // Threading: the scheduler actor's own state; touched from its handlers only.
 
