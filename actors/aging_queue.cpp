@@ -5,26 +5,10 @@
 
 namespace kvlane::actors {
 
-void aging_queue::list(const wait& w, seq_id id) {
-  if (!ages(w))
-    return;
-  above_by_since_.emplace(w.since, id);
-  if (w.ran > 0)
-    by_stretch_.emplace(w.since + w.ran, id);
-}
-
-void aging_queue::unlist(const wait& w, seq_id id) {
-  if (!ages(w))
-    return;
-  above_by_since_.erase({w.since, id});
-  if (w.ran > 0)
-    by_stretch_.erase({w.since + w.ran, id});
-}
-
 bool aging_queue::enter(seq_id id, bool above_top) {
-  auto [it, added] = waits_.try_emplace(id, wait{now_, 0, 0, above_top, false});
-  if (added)
-    list(it->second, id);
+  auto [it, added] = waits_.try_emplace(id, wait{now_, above_top, false});
+  if (added && ages(it->second))
+    above_by_since_.emplace(now_, id);
   return added;
 }
 
@@ -34,7 +18,8 @@ void aging_queue::leave(seq_id id) {
   auto it = waits_.find(id);
   if (it == waits_.end())
     return;
-  unlist(it->second, id);
+  if (ages(it->second))
+    above_by_since_.erase({it->second.since, id});
   waits_.erase(it);
 }
 
@@ -43,9 +28,11 @@ void aging_queue::set_above_top(seq_id id, bool above_top) {
   if (it == waits_.end() || it->second.above_top == above_top)
     return;
   auto& w = it->second;
-  unlist(w, id);
+  if (ages(w))
+    above_by_since_.erase({w.since, id});
   w.above_top = above_top;
-  list(w, id);
+  if (ages(w))
+    above_by_since_.emplace(w.since, id);
 }
 
 std::uint64_t aging_queue::waited(seq_id id) const {
@@ -69,36 +56,31 @@ std::vector<seq_id> aging_queue::step(std::span<const seq_id> residents,
     auto it = waits_.find(id);
     if (it == waits_.end())
       continue;
-    auto& w = it->second;
-    w.resident = false;
-    w.ran += now_ - w.took_at; // resident at steps took_at .. now_ - 1
-    w.since = now_ - 1;
-    list(w, id);
+    it->second.resident = false;
+    it->second.since = now_ - 1;
+    if (ages(it->second))
+      above_by_since_.emplace(it->second.since, id);
   }
   for (auto id : took) {
     auto it = waits_.find(id);
     if (it == waits_.end())
       continue;
-    unlist(it->second, id);
+    if (ages(it->second))
+      above_by_since_.erase({it->second.since, id});
     it->second.resident = true;
-    it->second.took_at = now_;
   }
   residents_ = std::move(now_resident);
   std::vector<seq_id> due;
   if (aging_steps == 0)
     return due;
-  // Due: waited aging_steps, or (a run that held a slot before) as long as it ran.
-  const auto take = [&](seq_id id) {
+  while (!above_by_since_.empty() && now_ - above_by_since_.begin()->first >= aging_steps) {
+    const auto id = above_by_since_.begin()->second;
+    above_by_since_.erase(above_by_since_.begin());
     auto& w = waits_.at(id);
-    unlist(w, id);
     w.since = now_;
     w.above_top = false;
     due.push_back(id);
-  };
-  while (!above_by_since_.empty() && now_ - above_by_since_.begin()->first >= aging_steps)
-    take(above_by_since_.begin()->second);
-  while (!by_stretch_.empty() && by_stretch_.begin()->first <= now_)
-    take(by_stretch_.begin()->second);
+  }
   return due;
 }
 

@@ -1,18 +1,16 @@
 #pragma once
 
 // kvlane::actors::aging_queue — which waiting sequences have waited
-// `aging_steps` steps without a slot (or a run as long as it held one), found
-// without a pass over all of them.
+// `aging_steps` steps without a slot, found without a pass over all of them.
 //
 // `mlfq_policy::age` states the rule for one sequence after each successful
 // step: a resident starts waiting anew; any other sequence waits one more
-// step and, once it has waited `aging_steps` while above level 0 (or as many
-// steps as it held a slot, all told, if fewer), returns to level 0. Applying
-// it to every live sequence after every step costs O(n) per step. Here a step
-// is a counter; each waiting sequence keeps the step since which it has
-// waited, so its wait is `now - since`; the waiting sequences above level 0
-// are ordered by `since`, and those that held a slot also by `since + ran`
-// (the steps they held one); the ones due are taken from the fronts. Residents are not in that order: a step compares its residents with
+// step and, once it has waited `aging_steps` while above level 0, returns to
+// level 0. Applying it to every live sequence after every step costs O(n) per
+// step. Here a step is a counter; each waiting sequence keeps the step since
+// which it has waited, so its wait is `now - since`; the waiting sequences
+// above level 0 are ordered by `since`, and the ones due are taken from the
+// front. Residents are not in that order: a step compares its residents with
 // the previous step's, and only a sequence that took or left a slot moves. A
 // step costs O(slots) plus O(log n) per such change and per sequence due.
 //
@@ -61,26 +59,19 @@ public:
 
 private:
   struct wait {
-    std::uint64_t since = 0;   ///< while waiting: the last step it was resident (or arrived)
-    std::uint64_t ran = 0;     ///< steps it was resident, all told
-    std::uint64_t took_at = 0; ///< while resident: the step it took its slot
+    std::uint64_t since = 0; ///< while waiting: the last step it was resident (or arrived)
     bool above_top = false;
     bool resident = false; ///< in a slot at the last step
   };
 
   /// In the due order: waiting and above level 0.
   static bool ages(const wait& w) noexcept { return w.above_top && !w.resident; }
-  /// Puts a sequence that ages into the due orders, or takes it out.
-  void list(const wait& w, seq_id id);
-  void unlist(const wait& w, seq_id id);
 
   std::uint64_t now_ = 0;
   std::vector<seq_id> residents_; ///< at the last step, sorted
   std::unordered_map<seq_id, wait> waits_;
   /// (since, id) of the waiting sequences above level 0, longest waiting first.
   std::set<std::pair<std::uint64_t, seq_id>> above_by_since_;
-  /// (since + ran, id) of those that held a slot before: due once they waited as long as they ran.
-  std::set<std::pair<std::uint64_t, seq_id>> by_stretch_;
 };
 
 } // namespace kvlane::actors

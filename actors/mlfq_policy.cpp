@@ -64,13 +64,9 @@ void mlfq_policy::age(mlfq_position& p, bool resident) const noexcept {
     return;
   if (resident) {
     p.waited_steps = 0;
-    ++p.ran_steps;
     return;
   }
-  ++p.waited_steps;
-  const bool due = p.waited_steps >= knobs_.aging_steps
-                   || (p.ran_steps > 0 && p.waited_steps >= p.ran_steps);
-  if (due && (p.level > 0 || p.demoted))
+  if (++p.waited_steps >= knobs_.aging_steps && (p.level > 0 || p.demoted))
     return_to_top(p);
 }
 

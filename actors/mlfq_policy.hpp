@@ -12,8 +12,7 @@
 // that used them drops one level and takes a new turn, i.e. goes to the back.
 // A new sequence enters at the first level whose quantum covers its prefill
 // (skip-join); one that waited `aging_steps` steps without a slot returns to
-// level 0, and a run that held a slot before returns once it waited as many
-// steps as it held one, if that comes first. The other rank orders (docs/scheduling.md) have no levels: by
+// level 0. The other rank orders (docs/scheduling.md) have no levels: by
 // arrival (fcfs) or by (class, arrival) (prio-fcfs, recompute).
 //
 // Pure: values in, decisions out; no clock, no actor. Threading: a plain
@@ -37,7 +36,6 @@ struct mlfq_position {
   std::uint32_t quantum_used = 0; ///< steps used of this level's quantum
   std::uint64_t turn = 0;         ///< lower runs first within a (class, level)
   std::uint64_t waited_steps = 0; ///< successful steps since it last held a slot
-  std::uint64_t ran_steps = 0;    ///< successful steps it held a slot, all told
   /// Can no longer meet its class's TTFT objective (goodput, mlfq order
   /// only): ranks after every sequence of its class that still can, by turn,
   /// until aging returns it to the top.
@@ -88,9 +86,8 @@ public:
   void charge_step(mlfq_position& p) noexcept;
 
   /// Called for every live sequence after each successful step: one that
-  /// holds no slot waits one more step and, after `aging_steps` (or after as
-  /// many steps as it held a slot, all told, if fewer), returns to level 0
-  /// (keeping its turn); one that holds a slot starts waiting anew.
+  /// holds no slot waits one more step and, after `aging_steps`, returns to
+  /// level 0 (keeping its turn); one that holds a slot starts waiting anew.
   /// The rule for one sequence; the scheduler applies it through
   /// `aging_queue`, which finds the sequences due without visiting the rest
   /// (and keeps their waits itself, not in `waited_steps`).

@@ -121,19 +121,3 @@ TEST_CASE("aging_queue: a sequence that leaves is never returned") {
   CHECK(sut.step({}, 1).empty());
   CHECK(sut.waited(1) == 0);
 }
-
-TEST_CASE("aging_queue: a run that held a slot is due once it waited as long as it held one") {
-  aging_queue sut;
-  REQUIRE(sut.enter(1, true));
-  REQUIRE(sut.enter(2, true));
-  const std::vector<seq_id> one{1};
-  for (int i = 0; i < 3; ++i)
-    CHECK(sut.step(one, 100).empty()); // 1 holds a slot at steps 1-3
-  CHECK(sut.step({}, 100).empty());
-  CHECK(sut.step({}, 100).empty());
-  CHECK(sut.waited(1) == 2);
-  CHECK(sut.step({}, 100) == std::vector<seq_id>{1}); // waited 3 steps: as long as it ran
-  // 2 never held a slot: aging_steps alone brings it back (it has waited 6 of 8).
-  CHECK(sut.step({}, 8).empty());
-  CHECK(sut.step({}, 8) == std::vector<seq_id>{2});
-}
