@@ -219,8 +219,6 @@ expected<submission_ptr, submit_error> engine::prepare(submit_request& req, cons
     return fail(submit_errc::model_failed,
                 fmt::format("model '{}' failed and accepts no requests: {}", m->name,
                             m->health->reason()));
-  if (auto busy = refuse_at_door(*m, req.priority))
-    return unexpected(std::move(*busy));
   const auto& info = m->info;
   const auto& tok = m->backend->tokens();
 
@@ -261,11 +259,14 @@ expected<submission_ptr, submit_error> engine::prepare(submit_request& req, cons
                             info.max_context));
   if (req.client.empty())
     return fail(submit_errc::invalid_request, "the client name is empty");
-  if (req.constraint) {
+  if (req.constraint)
     if (auto bad = check_constraint(*req.constraint))
       return fail(submit_errc::invalid_request, std::move(*bad));
+  // A valid request may be refused at the door now; an invalid one got its own error above.
+  if (auto busy = refuse_at_door(*m, req.priority))
+    return unexpected(std::move(*busy));
+  if (req.constraint)
     sub->constraint = std::make_shared<const constraint_setup>(m->grammar->setup_for(req.constraint));
-  }
 
   if (sub->id == 0)
     sub->id = next_id_.fetch_add(1);

@@ -116,6 +116,34 @@ TEST_CASE("door refusal: a request predicted to start past refuse_over times its
   cancel_all(running);
 }
 
+TEST_CASE("door refusal: where the door refuses, an invalid request gets its own error, not "
+          "busy, and is not counted as refused") {
+  engine_fixture sut{door_config(1)};
+  batch_waited(sut);
+  auto running = fill(sut);
+  const auto before = sut.stats();
+  REQUIRE(live(before) == 32);
+
+  auto empty = request(priority_class::batch, 4);
+  empty.prompt_tokens.clear();
+  auto invalid = sut.engine->submit(empty);
+  REQUIRE_FALSE(invalid);
+  CHECK(invalid.error().code == submit_errc::invalid_request);
+  CHECK(invalid.error().message == "the prompt is empty");
+  auto too_long = request(priority_class::batch, 1'000'000);
+  auto long_one = sut.engine->submit(too_long);
+  REQUIRE_FALSE(long_one);
+  CHECK(long_one.error().code != submit_errc::busy);
+  CHECK(sut.stats().refused == 0);
+
+  // The same class with a valid request: refused at the door.
+  auto refused = sut.engine->submit(request(priority_class::batch, 4));
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == submit_errc::busy);
+  CHECK(sut.stats().refused == 1);
+  cancel_all(running);
+}
+
 TEST_CASE("door refusal: without refuse_over nothing is refused however long the wait") {
   engine_fixture sut{door_config(0)};
   batch_waited(sut);
