@@ -259,9 +259,10 @@ expected<submission_ptr, submit_error> engine::prepare(submit_request& req, cons
                             info.max_context));
   if (req.client.empty())
     return fail(submit_errc::invalid_request, "the client name is empty");
-  if (req.constraint)
+  if (req.constraint) {
     if (auto bad = check_constraint(*req.constraint))
       return fail(submit_errc::invalid_request, std::move(*bad));
+  }
   // A valid request may be refused at the door now; an invalid one got its own error above.
   if (auto busy = refuse_at_door(*m, req.priority))
     return unexpected(std::move(*busy));

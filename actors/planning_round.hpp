@@ -21,8 +21,9 @@
 
 namespace kvlane::actors {
 
-/// Whether the objectives steer the mode's preemption and demotion: the MLFQ modes
-/// ([scheduler.slo] gates_preemption); recompute stays the peer it models.
+/// Whether the objectives ([scheduler.slo]) steer the mode's preemption and demotion: in
+/// the MLFQ modes, unless the policy's `slo_gates_preemption` is off; recompute stays the
+/// peer it models.
 bool goodput_gated(const scheduler_state& st) noexcept;
 
 /// Whether `s`, if evicted now, would drop its KV and recompute it rather than park it.
